@@ -1,0 +1,3 @@
+"""pytest-gym: NeMo Gym evaluations as pytest test suites."""
+
+__version__ = "0.1.0"

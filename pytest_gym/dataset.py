@@ -1,0 +1,152 @@
+"""Stream jsonl datasets into distinct tasks, identified by the hash of their content.
+
+A task keeps only where its row lives (line and byte offset) unless a hook
+rewrote the row: a 100k-row dataset then collects in the memory of its items,
+not of its rows, and the file is read once at collection. The row is read back
+from its offset when the trial is dispatched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REQUIRED_KEY = "responses_create_params"
+HASH_PREFIX_LEN = 12
+_EXCERPT_LEN = 80
+
+
+class DatasetError(Exception):
+    """A row that cannot become a task; names file, line, what was expected and the fix."""
+
+    def __init__(self, path: Path, line: int, problem: str, fix: str) -> None:
+        self.path = path
+        self.line = line
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{path}:{line}: {problem}\n  fix: {fix}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def canonical_json(row: Any) -> bytes:
+    """Sorted keys, compact separators, UTF-8: the bytes a task's identity is the hash of."""
+    return json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def task_hash(row: Any) -> str:
+    return hashlib.sha256(canonical_json(row)).hexdigest()
+
+
+def parse_row(raw: bytes, path: Path, line: int) -> dict[str, Any]:
+    """Decode one non-blank line into a row, or raise a DatasetError that says why."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            path, line, f"line is not valid UTF-8 (byte {exc.start})", "save the dataset as UTF-8"
+        ) from None
+    try:
+        row = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        excerpt = text.strip()
+        if len(excerpt) > _EXCERPT_LEN:
+            excerpt = excerpt[:_EXCERPT_LEN] + "..."
+        raise DatasetError(
+            path,
+            line,
+            f"invalid JSON ({exc}): {excerpt!r}",
+            "each line must hold one complete JSON object (jsonl)",
+        ) from None
+    if not isinstance(row, dict):
+        raise DatasetError(
+            path,
+            line,
+            f"expected a JSON object, got {type(row).__name__}",
+            'each line must be an object such as {"responses_create_params": {...}}',
+        )
+    if not isinstance(row.get(REQUIRED_KEY), dict):
+        problem = (
+            f"row has no {REQUIRED_KEY!r} object"
+            if REQUIRED_KEY not in row
+            else f"{REQUIRED_KEY!r} must be an object, got {type(row[REQUIRED_KEY]).__name__}"
+        )
+        raise DatasetError(
+            path,
+            line,
+            problem,
+            f'add "{REQUIRED_KEY}": {{"input": [...]}} with the prompt, as Gym datasets do',
+        )
+    return row
+
+
+@dataclass
+class Task:
+    """One distinct row of a dataset."""
+
+    path: Path
+    line: int
+    offset: int
+    hash: str
+    duplicate_lines: list[int] = field(default_factory=list)
+    row_override: dict[str, Any] | None = None
+
+    @property
+    def short_hash(self) -> str:
+        return self.hash[:HASH_PREFIX_LEN]
+
+    def load_row(self) -> dict[str, Any]:
+        """The row as sent to Gym: rewritten by a hook, or read back from its offset."""
+        if self.row_override is not None:
+            return self.row_override
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            return parse_row(fh.readline(), self.path, self.line)
+
+
+RowHook = Callable[[dict[str, Any], int], "dict[str, Any] | None"]
+"""Called with (row, line); returns the row to send (maybe rewritten) or None to drop it.
+
+With a hook the rows stay in memory: the hook may have changed them in place."""
+
+
+def iter_rows(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, byte offset, raw line) for every non-blank line, streaming."""
+    offset = 0
+    with path.open("rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if raw.strip():
+                yield number, offset, raw
+            offset += len(raw)
+
+
+def read_tasks(path: Path, row_hook: RowHook | None = None) -> list[Task]:
+    """Distinct tasks of one dataset, in file order; duplicates fold into the first occurrence."""
+    tasks: dict[str, Task] = {}
+    for line, offset, raw in iter_rows(path):
+        row = parse_row(raw, path, line)
+        digest = hashlib.sha256(canonical_json(row)).hexdigest()
+        override: dict[str, Any] | None = None
+        if row_hook is not None:
+            override = row_hook(row, line)
+            if override is None:
+                continue
+        known = tasks.get(digest)
+        if known is not None:
+            known.duplicate_lines.append(line)
+            continue
+        tasks[digest] = Task(path=path, line=line, offset=offset, hash=digest, row_override=override)
+    return list(tasks.values())
+
+
+def is_finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

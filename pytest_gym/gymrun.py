@@ -1,0 +1,138 @@
+"""The state of one pytest-gym run in one process: settings, run folder, deployment, dispatcher.
+
+Kept in ``config.stash``. The process that owns the run (the only process, or
+the xdist controller) chose the run folder and stops the deployment at the end;
+xdist workers get the folder through ``workerinput`` and share the deployment
+recorded there.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from pytest_gym.client import TrialFault, build_request, parse_answer
+from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, release
+from pytest_gym.dispatch import Dispatcher, row_agent
+from pytest_gym.results import TrialSpec
+from pytest_gym.settings import GymSettings
+
+RUNS_DIR = Path(".pytest_gym") / "runs"
+
+
+def new_run_dir(rootdir: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return rootdir / RUNS_DIR / f"{stamp}-{secrets.token_hex(3)}"
+
+
+def check_run_dir_unused(run_dir: Path) -> str | None:
+    """Why ``run_dir`` cannot hold this run, or None. A folder is never reused."""
+    for name in (STATE_FILE, "rollouts.jsonl"):
+        if (run_dir / name).exists():
+            return (
+                f"run folder {run_dir} already holds a run ({name}); pass a new --gym-run-dir "
+                "or leave it out for a fresh folder under .pytest_gym/runs"
+            )
+    return None
+
+
+class GymServer:
+    """The session's Gym deployment, as the ``gym_server`` fixture gives it to tests.
+
+    ``run(row)`` posts a hand-written row to ``/run`` like a trial does and returns
+    Gym's answer, so a test can inspect what the verifier said.
+    """
+
+    def __init__(self, endpoint: GymEndpoint, settings: GymSettings, default_agent: str | None) -> None:
+        self.endpoint = endpoint
+        self.settings = settings
+        self.default_agent = default_agent
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.head_url
+
+    @property
+    def agents(self) -> list[str]:
+        return self.endpoint.agents
+
+    @property
+    def log_path(self) -> str | None:
+        return self.endpoint.log_path
+
+    @property
+    def policy_url(self) -> str | None:
+        return self.endpoint.policy_url
+
+    def run(self, row: dict[str, Any], agent: str | None = None, timeout: float | None = None,
+            task_index: int = 0, repeat: int = 0) -> dict[str, Any]:
+        """POST ``row`` to the agent's ``/run`` route; Gym's answer, or TrialFault."""
+        name = agent or row_agent(row) or self.default_agent
+        if name is None:
+            raise GymError(f"no agent for this row: pass agent=..., one of {', '.join(self.agents)}")
+        url = self.endpoint.route_for(name)
+        body = build_request(row, name, task_index, repeat)
+        limit = timeout or self.settings.trial_timeout
+        try:
+            with httpx.Client(trust_env=False, timeout=limit) as client:
+                response = client.post(url, json=body)
+        except httpx.TimeoutException:
+            raise TrialFault("timeout", f"no answer from {url} within {limit:g} s") from None
+        except httpx.TransportError as exc:
+            raise TrialFault("connection", f"cannot reach {url}: {type(exc).__name__}") from None
+        answer, _ = parse_answer(response.status_code, response.content, url, self.settings.reward_key)
+        return answer
+
+
+@dataclass
+class GymRun:
+    settings: GymSettings
+    run_dir: Path
+    owner: bool
+    concurrency: int = 8
+    server: GymServer | None = None
+    dispatcher: Dispatcher | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def open(self, planned: Sequence[TrialSpec]) -> GymServer:
+        """Acquire the deployment and start dispatching ``planned`` (once per process)."""
+        if self.error is not None:
+            raise GymError(self.error)
+        if self.server is None:
+            try:
+                endpoint = acquire(self.settings, self.run_dir)
+            except GymError as exc:
+                self.error = str(exc)
+                raise
+            default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
+            self.server = GymServer(endpoint, self.settings, default_agent)
+            self.dispatcher = Dispatcher(
+                endpoint,
+                concurrency=self.concurrency,
+                trial_timeout=self.settings.trial_timeout,
+                default_agent=default_agent,
+            )
+            self.dispatcher.plan(planned)
+        return self.server
+
+    def stop_dispatch(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+
+    def close(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+            self.dispatcher = None
+
+    def finish(self) -> None:
+        """End of the run: close the dispatcher; the owner stops the deployment."""
+        self.close()
+        if self.owner:
+            self.notes.extend(release(self.settings, self.run_dir))

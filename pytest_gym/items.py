@@ -1,0 +1,107 @@
+"""Collectors: a jsonl dataset becomes one trial item per (distinct row, repeat).
+
+Trials are real ``pytest.Function`` items, so fixtures, ``--setup-plan``,
+``-k``, ``--lf`` and ``record_property`` work on them as on any test. Their
+function requests ``gym_rollout``, which runs the rollout in the setup phase
+(an infrastructure fault is an *error*); the reward is judged in the call
+phase (a low reward is a *failure*).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gym.dataset import DatasetError, Task, read_tasks
+from pytest_gym.results import TrialOutcome, TrialSpec
+from pytest_gym.verdict import check_reward
+
+
+class GymDuplicateRowWarning(pytest.PytestWarning):
+    """A dataset holds the same row more than once; the copies are one task."""
+
+
+def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
+    """Judge one trial's reward (the rollout already ran in setup)."""
+    spec: TrialSpec = request.node.spec
+    check_reward(gym_rollout, spec.min_reward, spec.reward_key)
+
+
+class GymTrial(pytest.Function):
+    """One repeat of one task. ``spec`` carries the task, its hash, line and repeat index."""
+
+    spec: TrialSpec
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.spec.task.line - 1, f"{self.path.name}:{self.spec.task.line} {self.name}"
+
+
+class GymDatasetFile(pytest.File):
+    """A jsonl dataset given with ``--gym-dataset`` (or the ``gym_dataset`` ini setting)."""
+
+    repeats: int = 1
+    agent: str | None = None
+    min_reward: float = 1.0
+    reward_key: str = "reward"
+
+    def collect(self) -> Iterable[GymTrial]:
+        tasks = read_tasks(self.path, self._row_hook())
+        if not tasks:
+            raise DatasetError(
+                self.path, 0, "dataset has no rows (empty, blank lines only, or every row dropped by a hook)",
+                "add jsonl rows, or remove it from --gym-dataset / gym_dataset",
+            )
+        self._warn_duplicates(tasks)
+        fixtureinfo = None
+        for index, task in enumerate(tasks):
+            for repeat in range(self.repeats):
+                name = f"{task.short_hash}[r{repeat}]"
+                item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
+                item.spec = TrialSpec(
+                    nodeid=item.nodeid, task=task, task_index=index, repeat=repeat, agent=self.agent,
+                    min_reward=self.min_reward, reward_key=self.reward_key,
+                )
+                fixtureinfo = item._fixtureinfo  # one resolution per file, as pytest does for parametrize
+                yield item
+
+    def _row_hook(self) -> Any:
+        hook = self.ihook.pytest_gym_row
+        if not hook.get_hookimpls():
+            return None
+        path = self.path
+
+        def apply(row: dict[str, Any], line: int) -> dict[str, Any] | None:
+            result = hook(row=row, dataset=path, line=line)
+            if result is False:
+                return None
+            if isinstance(result, dict):
+                return result
+            if result not in (None, True):
+                raise DatasetError(path, line, f"pytest_gym_row returned {type(result).__name__}", "return a dict, False or None")
+            return row
+
+        return apply
+
+    def _warn_duplicates(self, tasks: list[Task]) -> None:
+        dupes = [t for t in tasks if t.duplicate_lines]
+        if not dupes:
+            return
+        shown = "; ".join(
+            f"lines {', '.join(map(str, t.duplicate_lines[:5]))}{' ...' if len(t.duplicate_lines) > 5 else ''} repeat line {t.line}"
+            for t in dupes[:5]
+        )
+        more = f" (and {len(dupes) - 5} more tasks)" if len(dupes) > 5 else ""
+        self.warn(
+            GymDuplicateRowWarning(
+                f"{self.path}: duplicate rows collapsed into one task each: {shown}{more}. "
+                "Repeating a row is not how repeats are asked for: use --gym-repeats N."
+            )
+        )
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if isinstance(excinfo.value, DatasetError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)

@@ -1,0 +1,275 @@
+"""The built-in scripted policy: a deterministic OpenAI-compatible model server.
+
+It stands in for the LLM so that a Gym environment can be exercised end to end
+without credentials: the README demo, the plugin's own tests and environment
+authors smoke-testing their wiring. Standard library only, so it runs under
+any interpreter and starts in well under a second.
+
+Routes (with or without the ``/v1`` prefix):
+
+- ``POST /v1/responses``        Responses API (Gym's ``openai_model``)
+- ``POST /v1/chat/completions`` Chat Completions (``vllm_model`` and friends)
+- ``GET  /v1/models``           model listing (Gym probes it at start-up)
+- ``GET/PUT /_script``          read or change the script at run time (tests)
+- ``GET  /_stats``              call counters (tests count paid model calls)
+
+Faults can be scheduled (``fault_every`` calls, ``fault_mode`` one of
+``status``, ``hang``, ``garbage``) so that retry and timeout paths are testable
+against a real Gym.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, fields
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FAULT_MODES = ("status", "hang", "garbage")
+
+
+@dataclass
+class Script:
+    """What the policy answers and how it misbehaves."""
+
+    answer: str = "\\boxed{A}"
+    model: str = "pytest-gym-scripted"
+    latency_ms: float = 0.0
+    fault_every: int = 0
+    fault_mode: str = "status"
+    fault_status: int = 500
+    hang_s: float = 3600.0
+
+    def update(self, changes: dict[str, Any]) -> None:
+        known = {f.name: f.type for f in fields(self)}
+        unknown = sorted(set(changes) - set(known))
+        if unknown:
+            raise ValueError(f"unknown script keys: {', '.join(unknown)}")
+        for key, value in changes.items():
+            current = getattr(self, key)
+            setattr(self, key, type(current)(value))
+        if self.fault_mode not in FAULT_MODES:
+            raise ValueError(f"fault_mode must be one of {FAULT_MODES}")
+
+
+class PolicyState:
+    """Script plus counters, shared by the handler threads."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.lock = threading.Lock()
+        self.calls = 0
+        self.faults = 0
+        self.by_route: dict[str, int] = {}
+
+    def count(self, route: str) -> tuple[int, Script]:
+        with self.lock:
+            self.calls += 1
+            self.by_route[route] = self.by_route.get(route, 0) + 1
+            return self.calls, Script(**asdict(self.script))
+
+    def stats(self) -> dict[str, Any]:
+        with self.lock:
+            return {"calls": self.calls, "faults": self.faults, "by_route": dict(self.by_route)}
+
+
+def _token_count(value: Any) -> int:
+    return max(1, len(json.dumps(value, ensure_ascii=False)) // 4)
+
+
+def responses_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
+    """A complete Responses API object, as Gym's ``openai_model`` expects it."""
+    in_tokens = _token_count(body.get("input", ""))
+    out_tokens = max(1, len(script.answer.split()))
+    return {
+        "id": f"resp_{uuid.uuid4().hex}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": body.get("model") or script.model,
+        "status": "completed",
+        "output": [
+            {
+                "type": "message",
+                "id": f"msg_{uuid.uuid4().hex}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": script.answer, "annotations": []}],
+            }
+        ],
+        "parallel_tool_calls": False,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": in_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": out_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": in_tokens + out_tokens,
+        },
+    }
+
+
+def chat_completion_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
+    in_tokens = _token_count(body.get("messages", ""))
+    out_tokens = max(1, len(script.answer.split()))
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model") or script.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": script.answer},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": in_tokens,
+            "completion_tokens": out_tokens,
+            "total_tokens": in_tokens + out_tokens,
+        },
+    }
+
+
+def _route(path: str) -> str:
+    path = path.split("?", 1)[0].rstrip("/")
+    return path[3:] if path.startswith("/v1/") else path
+
+
+class PolicyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: PolicyServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Silent: request lines would carry nothing useful and cost time."""
+
+    def _send(self, status: int, payload: Any, raw: bytes | None = None) -> None:
+        data = raw if raw is not None else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b"{}"
+        return json.loads(raw or b"{}")
+
+    def do_GET(self) -> None:  # noqa: N802
+        route = _route(self.path)
+        state = self.server.state
+        if route in ("/models", ""):
+            model = state.script.model
+            self._send(200, {"object": "list", "data": [{"id": model, "object": "model", "owned_by": "pytest-gym"}]})
+        elif route == "/_script":
+            self._send(200, asdict(state.script))
+        elif route == "/_stats":
+            self._send(200, state.stats())
+        elif route == "/health":
+            self._send(200, {"status": "ok"})
+        else:
+            # Not 404: Gym retries 404s, and an unknown route should fail fast.
+            self._send(400, {"error": {"message": f"unknown route {self.path}"}})
+
+    def do_PUT(self) -> None:  # noqa: N802
+        state = self.server.state
+        if _route(self.path) != "/_script":
+            self._send(400, {"error": {"message": f"unknown route {self.path}"}})
+            return
+        try:
+            changes = self._body()
+            with state.lock:
+                state.script.update(changes)
+                if changes.get("reset_stats"):
+                    state.calls, state.faults, state.by_route = 0, 0, {}
+        except (ValueError, TypeError) as exc:
+            self._send(400, {"error": {"message": str(exc)}})
+            return
+        self._send(200, asdict(state.script))
+
+    def do_POST(self) -> None:  # noqa: N802
+        route = _route(self.path)
+        if route not in ("/responses", "/chat/completions"):
+            self._send(400, {"error": {"message": f"unknown route {self.path}"}})
+            return
+        try:
+            body = self._body()
+        except ValueError:
+            self._send(400, {"error": {"message": "request body is not JSON"}})
+            return
+        state = self.server.state
+        number, script = state.count(route)
+        if script.latency_ms > 0:
+            time.sleep(script.latency_ms / 1000.0)
+        if script.fault_every > 0 and number % script.fault_every == 0:
+            with state.lock:
+                state.faults += 1
+            if script.fault_mode == "hang":
+                time.sleep(script.hang_s)
+            elif script.fault_mode == "garbage":
+                self._send(200, None, raw=b"<html>this is not json")
+                return
+            else:
+                self._send(script.fault_status, {"error": {"message": f"scripted fault on call {number}"}})
+                return
+        if route == "/responses":
+            self._send(200, responses_object(script, body))
+        else:
+            self._send(200, chat_completion_object(script, body))
+
+
+class PolicyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, host: str, port: int, script: Script) -> None:
+        super().__init__((host, port), PolicyHandler)
+        self.state = PolicyState(script)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_gym.policy", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--answer", default=Script.answer)
+    parser.add_argument("--model", default=Script.model)
+    parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--port-file", help="write the bound port here once listening")
+    args = parser.parse_args(argv)
+    script = Script(answer=args.answer, model=args.model, latency_ms=args.latency_ms)
+    server = PolicyServer(args.host, args.port, script)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    port = server.server_address[1]
+    if args.port_file:
+        tmp = f"{args.port_file}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(str(port))
+        os.replace(tmp, args.port_file)
+    print(f"pytest-gym scripted policy listening on {server.url}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
