@@ -187,10 +187,11 @@ class PolicyHandler(BaseHTTPRequestHandler):
             self._send(400, {"error": {"message": f"unknown route {self.path}"}})
             return
         try:
-            changes = self._body()
+            changes = dict(self._body())
+            reset = bool(changes.pop("reset_stats", False))
             with state.lock:
                 state.script.update(changes)
-                if changes.get("reset_stats"):
+                if reset:
                     state.calls, state.faults, state.by_route = 0, 0, {}
         except (ValueError, TypeError) as exc:
             self._send(400, {"error": {"message": str(exc)}})

@@ -1,0 +1,99 @@
+"""Fixtures for pytest-gym's own tests: one real Gym deployment for the whole test session.
+
+Gym runs with the mcqa resources server and the built-in scripted policy (the
+only stand-in: Gym itself is real). Tests attach to it with ``--gym-url`` and
+steer the policy through its ``/_script`` route. Without Gym the Gym tests skip
+locally and fail under CI, where they must run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from pytest_gym.deployment import GymEndpoint, start_deployment, stop_started
+from pytest_gym.settings import GymSettings
+
+ROOT = Path(__file__).parent
+EXAMPLE = ROOT / "examples" / "mcqa" / "example.jsonl"
+#: The bundled mcqa example expects B, C, I, E, E.
+EXAMPLE_ANSWERS = ["B", "C", "I", "E", "E"]
+
+
+def find_gym_cli() -> str | None:
+    for candidate in (os.environ.get("PYTEST_GYM_CLI"), str(ROOT / ".venvs" / "gym" / "bin" / "gym")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return shutil.which("gym")
+
+
+def need_gym() -> str:
+    cli = find_gym_cli()
+    if cli is None:
+        message = "NeMo Gym is not installed (scripts/install-gym.sh, or set PYTEST_GYM_CLI)"
+        if os.environ.get("CI"):
+            pytest.fail(message + ": Gym tests must run in CI")
+        pytest.skip(message)
+    return cli
+
+
+class RealGym:
+    """A running deployment plus a handle on its scripted policy."""
+
+    def __init__(self, endpoint: GymEndpoint, cli: str, run_dir: Path) -> None:
+        self.endpoint = endpoint
+        self.cli = cli
+        self.run_dir = run_dir
+        assert endpoint.policy_url is not None
+        self.policy_url = endpoint.policy_url
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.head_url
+
+    def script(self, **changes: Any) -> dict[str, Any]:
+        response = httpx.put(f"{self.policy_url}/_script", json=changes, timeout=10, trust_env=False)
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    def policy_calls(self) -> int:
+        stats = httpx.get(f"{self.policy_url}/_stats", timeout=10, trust_env=False).json()
+        return int(stats["calls"])
+
+    def reset(self) -> None:
+        self.script(answer="\\boxed{E}", latency_ms=0, fault_every=0, fault_mode="status", fault_status=500,
+                    reset_stats=True)
+
+
+@pytest.fixture(scope="session")
+def gym_cli() -> str:
+    return need_gym()
+
+
+@pytest.fixture(scope="session")
+def real_gym(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGym]:
+    settings = GymSettings(
+        resources_server="mcqa", policy="scripted", policy_answer="\\boxed{E}", cli=gym_cli, server_venv="auto",
+        shutdown_grace=20,
+    )
+    run_dir = tmp_path_factory.mktemp("shared-gym")
+    endpoint, started = start_deployment(settings, run_dir)
+    try:
+        yield RealGym(endpoint, gym_cli, run_dir)
+    finally:
+        stop_started(started, settings.shutdown_grace)
+
+
+@pytest.fixture
+def gym(real_gym: RealGym) -> Iterator[RealGym]:
+    """The shared Gym with its policy reset to answer \\boxed{E} (2 of the 5 example rows right)."""
+    real_gym.reset()
+    yield real_gym
+    real_gym.reset()
