@@ -1,0 +1,170 @@
+"""Gate grammar, error messages and verdicts."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from pytest_gym.gates import Gate, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.stats import suite_stats
+
+
+@pytest.mark.parametrize(
+    ("text", "metric", "k", "op", "threshold", "label"),
+    [
+        ("mean_reward>=0.8", "mean_reward", None, ">=", 0.8, "mean_reward>=0.8"),
+        ("pass@4 >= 0.9", "pass@", 4, ">=", 0.9, "pass@4>=0.9"),
+        ("  pass^2<  .5 ", "pass^", 2, "<", 0.5, "pass^2<0.5"),
+        ("error_rate <= 5e-2", "error_rate", None, "<=", 0.05, "error_rate<=0.05"),
+        ("ci_low( mean_reward ) > 0.7", "ci_low(mean_reward)", None, ">", 0.7, "ci_low(mean_reward)>0.7"),
+        ("mean_reward >= 1", "mean_reward", None, ">=", 1.0, "mean_reward>=1"),
+        ("mean_reward > -0.25", "mean_reward", None, ">", -0.25, "mean_reward>-0.25"),
+        ("pass@016>=1.", "pass@", 16, ">=", 1.0, "pass@16>=1"),
+    ],
+)
+def test_parse_valid_gates(text: str, metric: str, k: int | None, op: str, threshold: float, label: str) -> None:
+    gate = parse_gate(text)
+    assert (gate.text, gate.metric, gate.k, gate.op, gate.threshold) == (text, metric, k, op, threshold)
+    assert gate.label == label
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "empty"),
+        ("accuracy >= 0.8", "unknown metric 'accuracy'"),
+        ("mean_rewards >= 0.8", "unknown metric 'mean_rewards'"),
+        ("pass@0 >= 0.5", "positive integer"),
+        ("pass@k >= 0.5", "positive integer"),
+        ("pass@-1 >= 0.5", "positive integer"),
+        ("pass@" + "9" * 5000 + ">=1", "too large"),
+        ("mean_reward", "missing a comparison"),
+        ("mean_reward == 0.8", "expected one of >=, >, <=, < after 'mean_reward', found '=='"),
+        ("mean_reward => 0.8", "found '=>'"),
+        ("mean_reward >=", "expected a number after '>='"),
+        ("mean_reward >= high", "found 'high'"),
+        ("mean_reward >= nan", "not a finite number"),
+        ("mean_reward >= -inf", "not a finite number"),
+        ("mean_reward >= 1e400", "not a finite number"),
+        ("mean_reward >= 0.8 and pass@2 >= 1", "unexpected text after the threshold"),
+        ("__import__('os').system('x') >= 1", "unknown metric"),
+        ("mean_reward >= \u0661", "expected a number"),  # ARABIC-INDIC DIGIT ONE: digits are ASCII only
+    ],
+)
+def test_malformed_gates_explain_themselves(text: str, problem: str) -> None:
+    with pytest.raises(GateSyntaxError) as info:
+        parse_gate(text)
+    message = str(info.value)
+    assert problem in message
+    assert repr(text) in message  # quotes the bad expression
+    assert "<metric> <op> <number>" in message  # shows the grammar
+    assert '"pass@4>=0.9"' in message  # and examples
+    assert isinstance(info.value, ValueError)
+
+
+@given(st.text(max_size=40))
+def test_parser_raises_only_gate_syntax_errors_and_round_trips(text: str) -> None:
+    error: GateSyntaxError | None = None
+    try:
+        gate = parse_gate(text)
+    except GateSyntaxError as exc:
+        error = exc
+    if error is not None:
+        assert error.text == text
+        return
+    again = parse_gate(gate.label)
+    assert (again.metric, again.k, again.op, again.threshold) == (gate.metric, gate.k, gate.op, gate.threshold)
+    assert again.label == gate.label
+
+
+metric_texts = st.sampled_from(["mean_reward", "error_rate", "ci_low(mean_reward)", "ci_low( mean_reward )"]) | (
+    st.tuples(st.sampled_from("@^"), st.integers(min_value=1, max_value=10**6)).map(lambda t: f"pass{t[0]}{t[1]}")
+)
+spaces = st.sampled_from(["", " ", "  ", "\t"])
+
+
+@given(
+    metric_texts,
+    st.sampled_from([">=", ">", "<=", "<"]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    spaces,
+    spaces,
+    spaces,
+)
+def test_generated_gates_parse_and_round_trip(
+    metric: str, op: str, threshold: float, s1: str, s2: str, s3: str
+) -> None:
+    gate = parse_gate(f"{s1}{metric}{s2}{op}{s3}{threshold!r}")
+    assert gate.op == op
+    assert gate.threshold == threshold
+    assert parse_gate(gate.label) == Gate(gate.label, gate.metric, gate.k, gate.op, gate.threshold)
+
+
+# --- evaluation --------------------------------------------------------------------------------
+
+# Tasks A [1, 1], B [1, 0], C [0, 0], D errored twice: mean 0.5, pass@1 0.5, pass@2 2/3,
+# pass^2 1/3, error_rate 2/8 (see test_stats for the hand computation).
+STATS = suite_stats({"A": [1, 1], "B": [1, 0], "C": [0, 0]}, min_reward=1.0, errors_by_task={"D": 2})
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "passed"),
+    [
+        ("mean_reward >= 0.5", 0.5, True),
+        ("mean_reward > 0.5", 0.5, False),
+        ("pass@2 >= 0.6", 2 / 3, True),
+        ("pass@2 >= 0.7", 2 / 3, False),
+        ("pass^2 < 0.34", 1 / 3, True),
+        ("pass^1 <= 0.4", 0.5, False),
+        ("error_rate <= 0.25", 0.25, True),
+        ("error_rate < 0.25", 0.25, False),
+        ("ci_low(mean_reward) >= -1", 0.5 - 4.302652729749462 * 0.5 / 3**0.5, True),
+        ("ci_low(mean_reward) >= 0", 0.5 - 4.302652729749462 * 0.5 / 3**0.5, False),
+    ],
+)
+def test_evaluate(text: str, value: float, passed: bool) -> None:
+    result = evaluate(parse_gate(text), STATS)
+    assert result.value == pytest.approx(value, rel=1e-12)
+    assert result.passed is passed
+    assert result.gate.text == text
+    assert ("required" in result.reason) is not passed
+
+
+def test_failure_reason_shows_value_and_requirement() -> None:
+    result = evaluate(parse_gate("pass@2>=0.7"), STATS)
+    assert result.reason == "pass@2 = 0.666667, required >= 0.7"
+
+
+def test_reason_never_prints_a_failing_value_like_its_threshold() -> None:
+    stats = suite_stats({"a": [0.7999999], "b": [0.8]}, min_reward=1.0)  # mean 0.79999995, "0.8" at 6 digits
+    result = evaluate(parse_gate("mean_reward >= 0.8"), stats)
+    assert not result.passed
+    assert "0.8," not in result.reason
+    assert "0.7999999" in result.reason
+
+
+def test_pass_at_k_beyond_repeats_fails_with_reason() -> None:
+    for text in ("pass@3 >= 0", "pass^3 <= 1"):
+        result = evaluate(parse_gate(text), STATS)
+        assert result.value is None
+        assert not result.passed
+        assert "K=3 exceeds the repeats" in result.reason
+        assert "fewest any task has is 2" in result.reason
+
+
+def test_no_trials_fails_every_gate() -> None:
+    stats = suite_stats({}, min_reward=1.0, errors_by_task={"x": 4})
+    for text in ("mean_reward >= 0", "error_rate <= 1", "pass@1 >= 0", "ci_low(mean_reward) >= 0"):
+        result = evaluate(parse_gate(text), stats)
+        assert not result.passed
+        assert result.value is None
+        assert "no trial produced a reward (4 errored)" in result.reason
+
+
+def test_ci_gate_with_a_single_task_fails_with_reason() -> None:
+    stats = suite_stats({"x": [1, 1, 1]}, min_reward=1.0)
+    result = evaluate(parse_gate("ci_low(mean_reward) >= 0.5"), stats)
+    assert not result.passed
+    assert "at least 2 tasks" in result.reason
+    assert evaluate(parse_gate("mean_reward >= 0.5"), stats).passed
