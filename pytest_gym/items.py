@@ -35,6 +35,15 @@ class GymTrial(pytest.Function):
 
     spec: TrialSpec
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # pytest >= 9.2 keeps structured node ids. Without a callspec our "[rN]" would be part
+        # of the name, and the id would not equal the same id read back from a string (--lf,
+        # --deselect compare them). Re-parse it so "[rN]" is the params part, as for parametrize.
+        structured = getattr(self, "_id", None)
+        if structured is not None and getattr(structured, "params", "") is None and hasattr(structured, "parse"):
+            self._id = type(structured).parse(str(structured))
+
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.spec.task.line - 1, f"{self.path.name}:{self.spec.task.line} {self.name}"
 

@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
         problem = check_run_dir_unused(run_dir)
         if problem:
             raise pytest.UsageError(f"pytest-gym: {problem}")
-        _add_dataset_args(config, settings)
+    _add_dataset_args(config, settings)  # workers too: xdist gives them the invocation args
     config.stash[RUN_KEY] = GymRun(settings=settings, run_dir=run_dir, owner=owner)
     if config.pluginmanager.hasplugin("xdist"):
         from pytest_gym.xdist import XdistHooks
@@ -87,7 +87,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> GymDataset
 def gym_server(request: pytest.FixtureRequest) -> GymServer:
     """The run's Gym deployment (started once, or attached with --gym-url)."""
     run = request.config.stash[RUN_KEY]
-    planned = [item.spec for item in request.session.items if isinstance(item, GymTrial)]
+    # An xdist worker does not know which items it will be given: it runs each on demand.
+    worker = hasattr(request.config, "workerinput")
+    planned = [] if worker else [item.spec for item in request.session.items if isinstance(item, GymTrial)]
     try:
         return run.open(planned)
     except GymError as exc:

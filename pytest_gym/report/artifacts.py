@@ -1,0 +1,351 @@
+"""A run folder in the layout Gym's own collector writes, so Gym's tools read a pytest-gym run as their own.
+
+``gym eval run -o D/rollouts.jsonl`` leaves four files in ``D``; this module writes the same four from
+trial outcomes. The formats copy ``nemo_gym/rollout_collection.py`` of nemo-gym 0.7.0
+(``RolloutCollectionHelper._run_from_config``, ``_agent_request_failure_row``, ``_call_aggregate_metrics``):
+
+``rollouts.jsonl``
+    Gym's ``/run`` answer as it came back, plus what the collector copies from the request, in its order:
+    ``_ng_task_index``, ``_ng_rollout_index``, then ``agent_ref``, ``task_source``, ``skills_ref``,
+    ``_ng_attempt_index``, ``_ng_rollout_id`` when the request has them, then ``_ng_environment_server`` and
+    ``_ng_result_type`` when the caller names the environment server. Compact JSON, one line per rollout.
+``rollouts_failures.jsonl``
+    One row per failed dispatch (Gym's resume counts rows as spent attempts, so transport retries inside
+    one trial are not rows of their own): ``_ng_failure_class`` (``agent_run_error`` when a server answered
+    with a status other than 429/502/503/504, else ``agent_request_failed``), ``_ng_failure_type``,
+    ``_ng_failure_message``, ``_ng_failure_http_status``, ``_ng_failure_response_body``, the same request
+    stamps, and pytest-gym's own ``_pytest_gym_nodeid``, ``_pytest_gym_task_hash``, ``_pytest_gym_attempts``
+    (underscore keys: Gym's metrics skip them). A cancelled trial writes no row, as Gym writes none for a
+    rollout that was stopped: the absence is the signal.
+``rollouts_materialized_inputs.jsonl``
+    The request body as POSTed (the row, ``agent_ref``, ``_ng_task_index``, ``_ng_rollout_index``), written
+    when the trial finishes rather than before the run, so it lists the trials that ran, in completion order.
+``rollouts_aggregate_metrics.json``
+    The list of per-environment-server entries built from ``/aggregate_metrics`` answers.
+
+Not reproduced: with Gym's ``observability_enabled`` the collector also merges model-call captures from
+disk into each record and re-projects ``ng_trajectory`` and ``ng_perf``; here an ``ng_trajectory`` in the
+answer is kept as the agent sent it.
+
+xdist workers append to the same files: each record is one complete line written to an ``O_APPEND``
+descriptor under an exclusive ``flock``, so no line tears, interleaves or is lost, whatever its size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_gym.results import TrialOutcome
+from pytest_gym.secrets import MASK, known_secrets, mask_secrets
+
+ROLLOUTS_FILE = "rollouts.jsonl"
+FAILURES_FILE = "rollouts_failures.jsonl"
+MATERIALIZED_FILE = "rollouts_materialized_inputs.jsonl"
+AGGREGATE_FILE = "rollouts_aggregate_metrics.json"
+
+TASK_INDEX_KEY = "_ng_task_index"
+ROLLOUT_INDEX_KEY = "_ng_rollout_index"
+AGENT_REF_KEY = "agent_ref"
+ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
+RESULT_TYPE_KEY = "_ng_result_type"
+FAILURE_CLASS_KEY = "_ng_failure_class"
+AGENT_RUN_ERROR = "agent_run_error"
+AGENT_REQUEST_FAILED = "agent_request_failed"
+
+#: Request keys Gym's collector copies onto a result after the two indices, in its order.
+_REQUEST_STAMPS = ("agent_ref", "task_source", "skills_ref", "_ng_attempt_index", "_ng_rollout_id")
+#: Statuses something in front of a Gym server answers with; a Gym server itself answers 500.
+_SERVER_DID_NOT_RUN = frozenset({429, 502, 503, 504})
+#: Our error classes for a trial that was stopped rather than failed.
+_NOT_PERSISTED = frozenset({"cancelled"})
+#: Fields Gym strips before POSTing results to ``/aggregate_metrics`` (``response`` keeps usage only).
+_AGGREGATE_STRIPPED = frozenset(
+    {"response", "responses_create_params", "ng_agent_observations", "ng_model_call_capture", "ng_trajectory"}
+)
+#: Gym's resolved config can hold the policy key unmasked; it never goes into a record.
+_CONFIG_DUMP_KEYS = frozenset({"global_config_dict", "global_config_dict_yaml"})
+
+
+@dataclass(frozen=True)
+class EnvironmentServer:
+    """The environment server a trial went through; Gym stamps its name and type on every record."""
+
+    name: str
+    type: str | None = None
+
+
+def _without_config(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key not in _CONFIG_DUMP_KEYS}
+
+
+def _stamp(record: dict[str, Any], outcome: TrialOutcome, server: EnvironmentServer | None) -> None:
+    """Copy what Gym's collector copies from the row onto a result or failure row, in the same order."""
+    request = outcome.request or {}
+    if TASK_INDEX_KEY in request:
+        record[TASK_INDEX_KEY] = request[TASK_INDEX_KEY]
+    record[ROLLOUT_INDEX_KEY] = request.get(ROLLOUT_INDEX_KEY, outcome.repeat)
+    for key in _REQUEST_STAMPS:
+        if key in request:
+            record[key] = request[key]
+    if AGENT_REF_KEY not in record and outcome.agent:
+        # A fault before the request was built still names its agent, which Gym's readers group by.
+        record[AGENT_REF_KEY] = {"name": outcome.agent}
+    if server is not None:
+        record[ENVIRONMENT_SERVER_KEY] = server.name
+        if server.type is not None:
+            record[RESULT_TYPE_KEY] = server.type
+
+
+def rollout_record(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> dict[str, Any] | None:
+    """The ``rollouts.jsonl`` record of a trial with a reward; None for a fault."""
+    if not outcome.ok:
+        return None
+    if outcome.answer is None or TASK_INDEX_KEY not in (outcome.request or {}):
+        raise ValueError(f"{outcome.nodeid}: a rewarded trial needs its answer and the request with {TASK_INDEX_KEY}")
+    record = _without_config(outcome.answer)
+    _stamp(record, outcome, server)
+    return record
+
+
+def failure_record(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> dict[str, Any] | None:
+    """The ``rollouts_failures.jsonl`` row of a faulted trial; None for a reward or a cancelled trial."""
+    if outcome.ok or outcome.error_class in _NOT_PERSISTED:
+        return None
+    status = outcome.http_status
+    ran = status is not None and status not in _SERVER_DID_NOT_RUN
+    record: dict[str, Any] = {
+        FAILURE_CLASS_KEY: AGENT_RUN_ERROR if ran else AGENT_REQUEST_FAILED,
+        "_ng_failure_type": outcome.error_class or "unknown",
+        "_ng_failure_message": mask_secrets(outcome.error or ""),
+        "_ng_failure_http_status": status,
+        "_ng_failure_response_body": None,
+    }
+    _stamp(record, outcome, server)
+    record["_pytest_gym_nodeid"] = outcome.nodeid
+    record["_pytest_gym_task_hash"] = outcome.task_hash
+    record["_pytest_gym_attempts"] = outcome.attempts
+    return record
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities become null, as Gym's orjson writes them: the file stays strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _json_bytes(data: Any, indent: int | None = None) -> bytes:
+    separators = (",", ":") if indent is None else (",", ": ")
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent, separators=separators)
+    except ValueError:
+        data = _finite(data)
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent, separators=separators)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escaped, the line is still valid JSON
+        return json.dumps(data, ensure_ascii=True, allow_nan=False, indent=indent, separators=separators).encode()
+
+
+class _AppendFile:
+    """A jsonl file this process appends to while other processes append to it too."""
+
+    def __init__(self, path: Path, fsync: bool) -> None:
+        self.path = path
+        self._fsync = fsync
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def append(self, data: bytes) -> None:
+        """Write whole lines under the file's lock; a failed write is cut back so no torn line remains."""
+        fd = self._fd
+        if fd is None:
+            raise ValueError(f"{self.path} is closed")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, start)
+                raise
+            if self._fsync:
+                os.fsync(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class RunFolderWriter:
+    """Appends finished trials to the run folder's jsonl files, as Gym's collector would have.
+
+    One writer per process (the controller and each xdist worker); several writers on one folder are safe.
+    ``servers`` maps an agent name to the environment server its ``/run`` went through, so records carry
+    Gym's ``_ng_environment_server``/``_ng_result_type`` stamps; without it they are left out, and Gym's
+    readers fall back to the agent's one environment server. ``fsync`` makes every record durable before
+    ``record`` returns (each write is visible to readers at once either way).
+    """
+
+    def __init__(
+        self, run_dir: Path, *, servers: Mapping[str, EnvironmentServer] | None = None, fsync: bool = False
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._servers = dict(servers or {})
+        # Checked on every line instead of masking whole records: a substring test costs microseconds.
+        self._secrets = [value.encode() for value in known_secrets()]
+        self._lock = threading.Lock()  # flock does not separate threads that share a descriptor
+        self._files: dict[str, _AppendFile] = {}
+        try:
+            for name in (MATERIALIZED_FILE, ROLLOUTS_FILE, FAILURES_FILE):
+                self._files[name] = _AppendFile(self.run_dir / name, fsync)
+        except BaseException:
+            self.close()
+            raise
+        self._closed = False
+
+    def __enter__(self) -> RunFolderWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def server_for(self, outcome: TrialOutcome) -> EnvironmentServer | None:
+        return self._servers.get(outcome.agent) if outcome.agent else None
+
+    def record(self, outcome: TrialOutcome) -> None:
+        """Append a finished trial: its request, then its rollout or its failure row."""
+        server = self.server_for(outcome)
+        records: list[tuple[str, dict[str, Any]]] = []
+        if outcome.request is not None:
+            records.append((MATERIALIZED_FILE, _without_config(outcome.request)))
+        result = rollout_record(outcome, server) if outcome.ok else failure_record(outcome, server)
+        if result is not None:
+            records.append((ROLLOUTS_FILE if outcome.ok else FAILURES_FILE, result))
+        lines = [(name, self._line(data)) for name, data in records]  # encode before taking any lock
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"the run folder writer for {self.run_dir} is closed")
+            for name, line in lines:
+                self._files[name].append(line)
+
+    def _line(self, data: Mapping[str, Any]) -> bytes:
+        raw = _json_bytes(data)
+        for secret in self._secrets:
+            if secret in raw:
+                raw = raw.replace(secret, MASK.encode())
+        return raw + b"\n"
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            for file in self._files.values():
+                file.close()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of one of the run folder's jsonl files (none if it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def _order_key(record: Mapping[str, Any]) -> tuple[int, int]:
+    return (record.get(TASK_INDEX_KEY) or 0, record.get(ROLLOUT_INDEX_KEY) or 0)
+
+
+def aggregate_request_from_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ``/aggregate_metrics`` body Gym's collector sends for these ``rollouts.jsonl`` records.
+
+    Pass the records of one environment server (Gym posts once per server). Records are sorted by task then
+    repeat, because Gym's metrics read a task's repeats by position; heavy fields are stripped, and
+    ``response`` keeps only ``usage`` and ``incomplete_details``.
+    """
+    stripped = []
+    for record in sorted(records, key=_order_key):
+        entry = {key: value for key, value in record.items() if key not in _AGGREGATE_STRIPPED}
+        response = record.get("response") or {}
+        kept = {key: response[key] for key in ("usage", "incomplete_details") if response.get(key) is not None}
+        if kept:
+            entry["response"] = kept
+        stripped.append(entry)
+    return {"verify_responses": stripped}
+
+
+def aggregate_request(
+    outcomes: Iterable[TrialOutcome], *, servers: Mapping[str, EnvironmentServer] | None = None
+) -> dict[str, Any]:
+    """The ``/aggregate_metrics`` body for the rewarded trials among ``outcomes`` (faults are not scores)."""
+    servers = servers or {}
+    records = []
+    for outcome in outcomes:
+        record = rollout_record(outcome, servers.get(outcome.agent) if outcome.agent else None)
+        if record is not None:
+            records.append(record)
+    return aggregate_request_from_records(records)
+
+
+def aggregate_entry(agent: str, metrics: Mapping[str, Any], environment_server: str | None = None) -> dict[str, Any]:
+    """One ``rollouts_aggregate_metrics.json`` entry from an ``/aggregate_metrics`` answer, as Gym builds it."""
+    entry: dict[str, Any] = {AGENT_REF_KEY: {"name": agent}}
+    if environment_server is not None:
+        entry[ENVIRONMENT_SERVER_KEY] = environment_server
+    entry["agent_metrics"] = dict(metrics.get("agent_metrics") or {})
+    entry["key_metrics"] = dict(metrics.get("key_metrics") or {})
+    entry["group_level_metrics"] = list(metrics.get("group_level_metrics") or [])
+    entry["repeat_level_metrics"] = list(metrics.get("repeat_level_metrics") or [])
+    if metrics.get("perf_summary") is not None:
+        entry["perf_summary"] = metrics["perf_summary"]
+    return entry
+
+
+def write_aggregate_metrics(run_dir: Path, gym_metrics: list[dict[str, Any]]) -> Path:
+    """Replace ``rollouts_aggregate_metrics.json`` in one step: readers see the old file or the new, whole.
+
+    ``gym_metrics`` is the list of entries (see :func:`aggregate_entry`), one per environment server.
+    """
+    for entry in gym_metrics:
+        ref = entry.get(AGENT_REF_KEY) if isinstance(entry, dict) else None
+        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
+            raise ValueError(f"an aggregate metrics entry needs agent_ref.name: {entry!r:.200}")
+        if not isinstance(entry.get("agent_metrics"), dict):
+            raise ValueError(f"an aggregate metrics entry needs an agent_metrics object: {entry!r:.200}")
+    data = _json_bytes(gym_metrics, indent=2)
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    target = run_dir / AGGREGATE_FILE
+    fd, tmp = tempfile.mkstemp(prefix=f".{AGGREGATE_FILE}.", suffix=".tmp", dir=run_dir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return target

@@ -1,0 +1,235 @@
+"""Suite-level results in pytest's JUnit XML, added on the controller after pytest wrote the file.
+
+Under xdist ``record_testsuite_property`` never reaches the controller (pytest #7767), so suite results
+are added to the file pytest already wrote. pytest writes it in ``LogXML.pytest_sessionfinish``, a plain
+hookimpl registered at ``pytest_configure`` and only in the controller (not in xdist workers). Call
+:func:`postprocess_junit` from a ``pytest_sessionfinish`` hookimpl with ``trylast=True`` in the controller:
+pluggy runs trylast implementations after every plain one, and before the terminal reporter's wrapper
+prints the summary, so a problem can still be reported there. ``pytest_unconfigure`` also comes after
+the write, but the summary is gone by then.
+
+The project validates against Jenkins xUnit's ``junit-10.xsd`` (vendored in ``tests/data``), which does
+not allow what pytest writes in two places. With ``xsd_strict`` (the default) the file is rewritten to fit:
+
+* ``<properties>`` inside ``<testcase>`` (pytest writes every ``user_properties`` entry there, in both
+  junit families) become ``[[PROPERTY|name=value]]`` lines in the testcase's ``<system-out>``: the
+  convention of Testmo's JUnit format, parsed by tools such as testbeats and readable as text everywhere
+  else. A value with line breaks uses the block form ``[[PROPERTY|name]]`` ... ``[[/PROPERTY]]`` (as XML
+  text, a carriage return reads back as a line feed); ``%``, ``=``, ``|``, brackets and line breaks in a
+  name are %-escaped.
+* ``<error>`` (a test that broke outside its body, e.g. in a fixture) is not in that schema, which names
+  the element ``<errors>``; no consumer reads ``<errors>``, so such a test would show as passed. It
+  becomes ``<failure type="error">`` instead and the suite's counts move from ``errors`` to ``failures``.
+* testcase attributes the schema lacks (``file``, ``line`` and ``url`` of junit_family xunit1) become
+  properties ``junit.<attribute>``.
+
+Without ``xsd_strict`` only the suite properties are added. :func:`read_trial_properties` reads either form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+import tempfile
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from junitparser import Properties, xunit2
+
+# junitparser's annotations name the base classes where xunit2 objects come back (its TestSuite iterates
+# xunit2 testcases, which carry properties()), so its objects are handled as Any at this boundary.
+JUnitNode = Any
+
+SUITE_PREFIX = "gym"
+ERROR_TYPE = "error"
+_TESTCASE_ATTRIBUTES = frozenset({"name", "time", "classname", "group"})
+_NAME_ESCAPED = re.compile(r"[%=|\[\]\r\n]")
+_NAME_UNESCAPED = re.compile(r"%([0-9A-F]{2})")
+_SINGLE = re.compile(r"\[\[PROPERTY\|([^=]*)=(.*)\]\]")
+_BLOCK_START = re.compile(r"\[\[PROPERTY\|([^=]*)\]\]")
+_BLOCK_END = "[[/PROPERTY]]"
+# Characters XML 1.0 cannot hold even escaped; pytest writes them as #xNN too.
+_XML_ILLEGAL = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_safe(text: str) -> str:
+    return _XML_ILLEGAL.sub(lambda m: f"#x{ord(m.group()):02X}", text)
+
+
+def _elem(node: JUnitNode) -> ET.Element:
+    """The ElementTree element behind a junitparser object: renaming and attributes have no junitparser API."""
+    element: ET.Element = node._elem
+    return element
+
+
+def property_marker(name: str, value: str) -> str:
+    """One property as ``system-out`` text (no trailing newline)."""
+    name = _NAME_ESCAPED.sub(lambda m: f"%{ord(m.group()):02X}", name)
+    if "\n" in value or "\r" in value:
+        return f"[[PROPERTY|{name}]]\n{value}\n{_BLOCK_END}"
+    return f"[[PROPERTY|{name}={value}]]"
+
+
+def parse_property_markers(text: str) -> list[tuple[str, str]]:
+    """The ``[[PROPERTY|...]]`` entries in a ``system-out`` text, in order."""
+
+    def unescape(name: str) -> str:
+        return _NAME_UNESCAPED.sub(lambda m: chr(int(m.group(1), 16)), name)
+
+    found: list[tuple[str, str]] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        single = _SINGLE.fullmatch(lines[i])
+        block = None if single else _BLOCK_START.fullmatch(lines[i])
+        if single:
+            found.append((unescape(single.group(1)), single.group(2)))
+        elif block and _BLOCK_END in lines[i + 1 :]:
+            end = lines.index(_BLOCK_END, i + 1)
+            found.append((unescape(block.group(1)), "\n".join(lines[i + 1 : end])))
+            i = end
+        i += 1
+    return found
+
+
+def _load(path: Path | str) -> JUnitNode:
+    return xunit2.JUnitXml.fromfile(str(path))
+
+
+def _direct_cases(suite: JUnitNode) -> Iterator[JUnitNode]:
+    yield from suite.iterchildren(xunit2.TestCase)
+
+
+def _all_suites(suites: list[JUnitNode]) -> Iterator[JUnitNode]:
+    for suite in suites:
+        yield suite
+        yield from _all_suites(list(suite.testsuites()))
+
+
+def _strict_case(case: JUnitNode) -> int:
+    """Make one testcase fit the schema; returns how many ``<error>`` became ``<failure>``."""
+    element = _elem(case)
+    moved = [(p.name, p.value or "") for props in case.iterchildren(Properties) for p in props]
+    for name in [key for key in element.attrib if key not in _TESTCASE_ATTRIBUTES]:
+        moved.append((f"junit.{name}", element.attrib.pop(name)))
+    for props in list(element.iterfind("properties")):
+        element.remove(props)
+    if moved:
+        text = case.system_out or ""
+        if text and not text.endswith("\n"):
+            text += "\n"
+        case.system_out = text + "\n".join(property_marker(name, value) for name, value in moved) + "\n"
+    converted = 0
+    for error in element.findall("error"):
+        error.tag = "failure"
+        kind = error.get("type")
+        error.set("type", ERROR_TYPE if kind is None else f"{ERROR_TYPE}:{kind}")
+        converted += 1
+    return converted
+
+
+def _move_counts(node: JUnitNode, converted: int) -> None:
+    """Errors turned failures are counted as failures, where the element keeps counts at all."""
+    attrib = _elem(node).attrib
+    if not converted or "errors" not in attrib:
+        return
+    attrib["errors"] = str(max(0, int(attrib["errors"]) - converted))
+    attrib["failures"] = str(int(attrib.get("failures", "0")) + converted)
+
+
+def _strict(xml: JUnitNode) -> None:
+    total = 0
+    for suite in _all_suites(list(xml)):
+        converted = sum(_strict_case(case) for case in _direct_cases(suite))
+        _move_counts(suite, converted)
+        total += converted
+    _move_counts(xml, total)
+
+
+def _set_suite_properties(suite: JUnitNode, suite_properties: Mapping[str, Mapping[str, str]]) -> None:
+    """Replace our properties on the suite (so a second run does not duplicate them), first in the suite."""
+    wanted = {}
+    for suite_name, properties in suite_properties.items():
+        if not suite_name:
+            raise ValueError("a suite name cannot be empty")
+        for name, value in properties.items():
+            wanted[f"{SUITE_PREFIX}.{suite_name}.{name}"] = _xml_safe(str(value))
+    if not wanted:
+        return
+    element = _elem(suite)
+    props = element.find("properties")
+    if props is None:
+        props = ET.Element("properties")
+        element.insert(0, props)
+    for prop in list(props.iterfind("property")):
+        if prop.get("name") in wanted:
+            props.remove(prop)
+    for name, value in wanted.items():
+        ET.SubElement(props, "property", name=name, value=value)
+
+
+def _write_atomically(xml: JUnitNode, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            xml.write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def postprocess_junit(
+    path: Path | str, suite_properties: Mapping[str, Mapping[str, str]], xsd_strict: bool = True
+) -> None:
+    """Add ``gym.<suite>.<name>`` properties to the file's testsuite and, if strict, make it fit the schema.
+
+    ``suite_properties`` maps a suite name to its flat name -> value results (mean reward, CI, pass@k,
+    gates, baseline delta). They go on the first ``<testsuite>``, the one pytest writes. The file is
+    replaced in one step, so a reader sees pytest's file or ours, never half of one; running this twice
+    gives the same file.
+    """
+    path = Path(path)
+    xml = _load(path)
+    suites = list(xml)
+    if not suites:
+        raise ValueError(f"{path} holds no <testsuite> to add suite properties to")
+    if xsd_strict:
+        _strict(xml)
+    _set_suite_properties(suites[0], suite_properties)
+    _write_atomically(xml, path)
+
+
+def case_key(case: JUnitNode) -> str:
+    """``classname.name``, how JUnit tools name a testcase."""
+    return f"{case.classname}.{case.name}" if case.classname else str(case.name)
+
+
+def read_trial_properties(path: Path | str) -> dict[str, dict[str, str]]:
+    """Each testcase's properties (``<properties>`` and ``[[PROPERTY|...]]`` markers) by :func:`case_key`.
+
+    A name recorded twice keeps its last value.
+    """
+    found: dict[str, dict[str, str]] = {}
+    for suite in _all_suites(list(_load(path))):
+        for case in _direct_cases(suite):
+            props = found.setdefault(case_key(case), {})
+            props.update((p.name, p.value or "") for p in case.properties())
+            props.update(parse_property_markers(case.system_out or ""))
+    return found
+
+
+def read_suite_properties(path: Path | str) -> dict[str, str]:
+    """The properties of the file's testsuites, merged."""
+    found: dict[str, str] = {}
+    for suite in _all_suites(list(_load(path))):
+        found.update((p.name, p.value or "") for p in suite.properties())
+    return found
