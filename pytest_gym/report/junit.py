@@ -8,8 +8,9 @@ pluggy runs trylast implementations after every plain one, and before the termin
 prints the summary, so a problem can still be reported there. ``pytest_unconfigure`` also comes after
 the write, but the summary is gone by then.
 
-The project validates against Jenkins xUnit's ``junit-10.xsd`` (vendored in ``tests/data``), which does
-not allow what pytest writes in two places. With ``xsd_strict`` (the default) the file is rewritten to fit:
+The project validates against its ``junit-10.xsd`` (Jenkins xUnit's schema with ``<error>`` spelled
+``<errors>``; vendored in ``tests/data``), which rejects parts of what pytest writes. With ``xsd_strict``
+(the default) the file is rewritten to fit:
 
 * ``<properties>`` inside ``<testcase>`` (pytest writes every ``user_properties`` entry there, in both
   junit families) become ``[[PROPERTY|name=value]]`` lines in the testcase's ``<system-out>``: the
@@ -17,9 +18,9 @@ not allow what pytest writes in two places. With ``xsd_strict`` (the default) th
   else. A value with line breaks uses the block form ``[[PROPERTY|name]]`` ... ``[[/PROPERTY]]`` (as XML
   text, a carriage return reads back as a line feed); ``%``, ``=``, ``|``, brackets and line breaks in a
   name are %-escaped.
-* ``<error>`` (a test that broke outside its body, e.g. in a fixture) is not in that schema, which names
-  the element ``<errors>``; no consumer reads ``<errors>``, so such a test would show as passed. It
-  becomes ``<failure type="error">`` instead and the suite's counts move from ``errors`` to ``failures``.
+* ``<error>`` (a test that broke outside its body, e.g. in a fixture) is not in that schema. Renamed to
+  ``<errors>`` it would show as passed in Jenkins, GitLab and junitparser, which read ``<error>``; so it
+  becomes ``<failure type="error">`` and the suite's counts move from ``errors`` to ``failures``.
 * testcase attributes the schema lacks (``file``, ``line`` and ``url`` of junit_family xunit1) become
   properties ``junit.<attribute>``.
 
