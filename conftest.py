@@ -68,8 +68,9 @@ class RealGym:
         return int(stats["calls"])
 
     def reset(self) -> None:
-        self.script(answer="\\boxed{E}", latency_ms=0, fault_every=0, fault_mode="status", fault_status=500,
-                    reset_stats=True)
+        self.script(
+            answer="\\boxed{E}", latency_ms=0, fault_every=0, fault_mode="status", fault_status=500, reset_stats=True
+        )
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +81,11 @@ def gym_cli() -> str:
 @pytest.fixture(scope="session")
 def real_gym(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGym]:
     settings = GymSettings(
-        resources_server="mcqa", policy="scripted", policy_answer="\\boxed{E}", cli=gym_cli, server_venv="auto",
+        resources_server="mcqa",
+        policy="scripted",
+        policy_answer="\\boxed{E}",
+        cli=gym_cli,
+        server_venv="auto",
         shutdown_grace=20,
     )
     run_dir = tmp_path_factory.mktemp("shared-gym")

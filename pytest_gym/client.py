@@ -101,4 +101,6 @@ def token_usage(answer: dict[str, Any]) -> dict[str, int]:
     usage = response.get("usage") if isinstance(response, dict) else None
     if not isinstance(usage, dict):
         return {}
-    return {k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)}
+    return {
+        k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)
+    }

@@ -38,9 +38,7 @@ def _reject_constant(name: str) -> Any:
 
 def canonical_json(row: Any) -> bytes:
     """Sorted keys, compact separators, UTF-8: the bytes a task's identity is the hash of."""
-    return json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
+    return json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def task_hash(row: Any) -> str:

@@ -123,8 +123,10 @@ def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
     # The config may hold the policy key unmasked: it is parsed here and never written out.
     try:
         config = OmegaConf.to_container(OmegaConf.create(config_text), resolve=False)
-    except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
-        raise GymError(f"cannot parse Gym's config from {head_url}/global_config_dict_yaml: {type(exc).__name__}") from None
+    except Exception as exc:
+        raise GymError(
+            f"cannot parse Gym's config from {head_url}/global_config_dict_yaml: {type(exc).__name__}"
+        ) from None
     env_for_agent = _environment_servers_by_agent(config)
     by_name = {s.process_name: s for s in servers}
     routes: dict[str, str] = {}
@@ -165,7 +167,9 @@ def _link_server_venvs(venv: Path, target: Path) -> None:
                 link.symlink_to(venv, target_is_directory=True)
 
 
-def gym_command(settings: GymSettings, gym_cli: str, policy_url: str | None, head_port: int, run_dir: Path) -> list[str]:
+def gym_command(
+    settings: GymSettings, gym_cli: str, policy_url: str | None, head_port: int, run_dir: Path
+) -> list[str]:
     """The ``gym env start`` command line; never holds a secret."""
     args = [gym_cli, "env", "start"]
     for config in settings.config:
@@ -215,8 +219,17 @@ def start_policy(settings: GymSettings, run_dir: Path, timeout: float = 20.0) ->
     port_file = run_dir / "policy.port"
     port_file.unlink(missing_ok=True)
     args = [
-        sys.executable, "-m", "pytest_gym.policy", "--port", "0", "--port-file", str(port_file),
-        "--answer", settings.policy_answer, "--latency-ms", str(settings.policy_latency_ms),
+        sys.executable,
+        "-m",
+        "pytest_gym.policy",
+        "--port",
+        "0",
+        "--port-file",
+        str(port_file),
+        "--answer",
+        settings.policy_answer,
+        "--latency-ms",
+        str(settings.policy_latency_ms),
     ]
     if settings.model:
         args += ["--model", settings.model]
@@ -229,9 +242,7 @@ def start_policy(settings: GymSettings, run_dir: Path, timeout: float = 20.0) ->
             break
         time.sleep(0.05)
     stop_group(proc.pid, 1.0, proc, first=signal.SIGTERM)
-    raise GymError(
-        f"the scripted policy did not start; log {run_dir / POLICY_LOG}:\n{log_tail(run_dir / POLICY_LOG)}"
-    )
+    raise GymError(f"the scripted policy did not start; log {run_dir / POLICY_LOG}:\n{log_tail(run_dir / POLICY_LOG)}")
 
 
 def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path) -> None:
@@ -324,7 +335,7 @@ def _locked(run_dir: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _read_state(run_dir: Path) -> dict[str, Any] | None:
+def read_state(run_dir: Path) -> dict[str, Any] | None:
     try:
         data = json.loads((run_dir / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -348,7 +359,7 @@ def acquire(settings: GymSettings, run_dir: Path) -> GymEndpoint:
         endpoint = discover(settings.url)
         return endpoint
     with _locked(run_dir):
-        state = _read_state(run_dir)
+        state = read_state(run_dir)
         if state is not None:
             if state.get("error"):
                 raise GymError(state["error"])
@@ -367,7 +378,7 @@ def release(settings: GymSettings, run_dir: Path) -> list[str]:
     if settings.url:
         return []
     with _locked(run_dir):
-        state = _read_state(run_dir)
+        state = read_state(run_dir)
         if not state or "started" not in state:
             return []
         started = Started(**state["started"])
@@ -379,6 +390,6 @@ def release(settings: GymSettings, run_dir: Path) -> list[str]:
 
 
 def gym_alive(run_dir: Path) -> bool:
-    state = _read_state(run_dir) or {}
+    state = read_state(run_dir) or {}
     pid = (state.get("started") or {}).get("gym_pid")
-    return bool(pid) and pid_alive(int(pid))
+    return isinstance(pid, int) and pid_alive(pid)

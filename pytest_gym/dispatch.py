@@ -22,6 +22,7 @@ from pytest_gym.dataset import DatasetError
 from pytest_gym.deployment import GymEndpoint, GymError
 from pytest_gym.results import TrialOutcome, TrialSpec
 
+
 class Dispatcher:
     def __init__(
         self,
@@ -107,7 +108,8 @@ class Dispatcher:
         self._progress.set()
 
     async def _feed(self) -> None:
-        assert self._semaphore is not None and self._progress is not None
+        assert self._semaphore is not None
+        assert self._progress is not None
         for index, spec in enumerate(self._plan):
             while not self._stopping and index >= self._consumed + self.lookahead:
                 self._progress.clear()
@@ -146,7 +148,9 @@ class Dispatcher:
         try:
             outcome = await self._rollout(spec)
         except asyncio.CancelledError:
-            outcome = self._outcome(spec, error=("cancelled", "cancelled: the run was stopped before this rollout finished"))
+            outcome = self._outcome(
+                spec, error=("cancelled", "cancelled: the run was stopped before this rollout finished")
+            )
             future.set_result(outcome)
             raise
         finally:
@@ -155,7 +159,9 @@ class Dispatcher:
             listener(outcome)
         future.set_result(outcome)
 
-    def _outcome(self, spec: TrialSpec, error: tuple[str, str] | None = None, http_status: int | None = None) -> TrialOutcome:
+    def _outcome(
+        self, spec: TrialSpec, error: tuple[str, str] | None = None, http_status: int | None = None
+    ) -> TrialOutcome:
         return TrialOutcome(
             nodeid=spec.nodeid,
             task_hash=spec.task.hash,
@@ -185,7 +191,11 @@ class Dispatcher:
             outcome.request = body
             answer, reward, latency = await post_run(self._client, url, body, self.trial_timeout, spec.reward_key)
         except TrialFault as fault:
-            outcome.error_class, outcome.error, outcome.http_status = fault.error_class, fault.message, fault.http_status
+            outcome.error_class, outcome.error, outcome.http_status = (
+                fault.error_class,
+                fault.message,
+                fault.http_status,
+            )
             return outcome
         except (GymError, DatasetError, OSError) as exc:
             outcome.error_class, outcome.error = "setup", str(exc)

@@ -18,9 +18,18 @@ from typing import Any
 import httpx
 
 from pytest_gym.client import TrialFault, build_request, parse_answer
-from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, release
+from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, discover, read_state, release
 from pytest_gym.dispatch import Dispatcher, row_agent
+from pytest_gym.report.artifacts import (
+    ROLLOUTS_FILE,
+    RunFolderWriter,
+    aggregate_entry,
+    aggregate_request_from_records,
+    read_jsonl,
+    write_aggregate_metrics,
+)
 from pytest_gym.results import TrialSpec
+from pytest_gym.secrets import mask_secrets
 from pytest_gym.settings import GymSettings
 
 RUNS_DIR = Path(".pytest_gym") / "runs"
@@ -70,8 +79,14 @@ class GymServer:
     def policy_url(self) -> str | None:
         return self.endpoint.policy_url
 
-    def run(self, row: dict[str, Any], agent: str | None = None, timeout: float | None = None,
-            task_index: int = 0, repeat: int = 0) -> dict[str, Any]:
+    def run(
+        self,
+        row: dict[str, Any],
+        agent: str | None = None,
+        timeout: float | None = None,
+        task_index: int = 0,
+        repeat: int = 0,
+    ) -> dict[str, Any]:
         """POST ``row`` to the agent's ``/run`` route; Gym's answer, or TrialFault."""
         name = agent or row_agent(row) or self.default_agent
         if name is None:
@@ -98,6 +113,7 @@ class GymRun:
     concurrency: int = 8
     server: GymServer | None = None
     dispatcher: Dispatcher | None = None
+    writer: RunFolderWriter | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -119,6 +135,8 @@ class GymRun:
                 trial_timeout=self.settings.trial_timeout,
                 default_agent=default_agent,
             )
+            self.writer = RunFolderWriter(self.run_dir)
+            self.dispatcher.listeners.append(self.writer.record)
             self.dispatcher.plan(planned)
         return self.server
 
@@ -130,6 +148,46 @@ class GymRun:
         if self.dispatcher is not None:
             self.dispatcher.close()
             self.dispatcher = None
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def endpoint(self) -> GymEndpoint | None:
+        """The deployment, from any process: ours, the record in the run folder, or --gym-url."""
+        if self.server is not None:
+            return self.server.endpoint
+        if self.settings.url:
+            return discover(self.settings.url)
+        state = read_state(self.run_dir) or {}
+        return GymEndpoint.from_json(state["endpoint"]) if "endpoint" in state else None
+
+    def aggregate_metrics(self) -> list[dict[str, Any]] | None:
+        """Ask Gym's own ``/aggregate_metrics`` for this run's rollouts, per agent; write Gym's file."""
+        path = self.run_dir / ROLLOUTS_FILE
+        if not path.exists():
+            return None
+        records = read_jsonl(path)
+        endpoint = self.endpoint()
+        if not records or endpoint is None:
+            return None
+        by_agent: dict[str, list[dict[str, Any]]] = {}
+        for record in records:
+            ref = record.get("agent_ref")
+            agent = ref.get("name") if isinstance(ref, dict) else None
+            by_agent.setdefault(str(agent or (endpoint.agents[0] if endpoint.agents else "")), []).append(record)
+        entries = []
+        with httpx.Client(trust_env=False, timeout=120) as client:
+            for agent, group in by_agent.items():
+                url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
+                try:
+                    response = client.post(url, json=aggregate_request_from_records(group))
+                    response.raise_for_status()
+                    entries.append(aggregate_entry(agent, response.json()))
+                except (httpx.HTTPError, ValueError) as exc:
+                    self.notes.append(mask_secrets(f"Gym's /aggregate_metrics failed for {agent}: {exc}"))
+        if entries:
+            write_aggregate_metrics(self.run_dir, entries)
+        return entries
 
     def finish(self) -> None:
         """End of the run: close the dispatcher; the owner stops the deployment."""

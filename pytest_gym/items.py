@@ -27,7 +27,7 @@ class GymDuplicateRowWarning(pytest.PytestWarning):
 def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
     """Judge one trial's reward (the rollout already ran in setup)."""
     spec: TrialSpec = request.node.spec
-    check_reward(gym_rollout, spec.min_reward, spec.reward_key)
+    check_reward(gym_rollout, spec.min_reward, spec.reward_key, xfail=spec.xfail_low)
 
 
 class GymTrial(pytest.Function):
@@ -55,12 +55,15 @@ class GymDatasetFile(pytest.File):
     agent: str | None = None
     min_reward: float = 1.0
     reward_key: str = "reward"
+    xfail_low: bool = False
 
     def collect(self) -> Iterable[GymTrial]:
         tasks = read_tasks(self.path, self._row_hook())
         if not tasks:
             raise DatasetError(
-                self.path, 0, "dataset has no rows (empty, blank lines only, or every row dropped by a hook)",
+                self.path,
+                0,
+                "dataset has no rows (empty, blank lines only, or every row dropped by a hook)",
                 "add jsonl rows, or remove it from --gym-dataset / gym_dataset",
             )
         self._warn_duplicates(tasks)
@@ -70,8 +73,14 @@ class GymDatasetFile(pytest.File):
                 name = f"{task.short_hash}[r{repeat}]"
                 item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
                 item.spec = TrialSpec(
-                    nodeid=item.nodeid, task=task, task_index=index, repeat=repeat, agent=self.agent,
-                    min_reward=self.min_reward, reward_key=self.reward_key,
+                    nodeid=item.nodeid,
+                    task=task,
+                    task_index=index,
+                    repeat=repeat,
+                    agent=self.agent,
+                    min_reward=self.min_reward,
+                    reward_key=self.reward_key,
+                    xfail_low=self.xfail_low,
                 )
                 fixtureinfo = item._fixtureinfo  # one resolution per file, as pytest does for parametrize
                 yield item
@@ -89,7 +98,9 @@ class GymDatasetFile(pytest.File):
             if isinstance(result, dict):
                 return result
             if result not in (None, True):
-                raise DatasetError(path, line, f"pytest_gym_row returned {type(result).__name__}", "return a dict, False or None")
+                raise DatasetError(
+                    path, line, f"pytest_gym_row returned {type(result).__name__}", "return a dict, False or None"
+                )
             return row
 
         return apply
@@ -98,10 +109,11 @@ class GymDatasetFile(pytest.File):
         dupes = [t for t in tasks if t.duplicate_lines]
         if not dupes:
             return
-        shown = "; ".join(
-            f"lines {', '.join(map(str, t.duplicate_lines[:5]))}{' ...' if len(t.duplicate_lines) > 5 else ''} repeat line {t.line}"
-            for t in dupes[:5]
-        )
+        def lines(task: Task) -> str:
+            more = " ..." if len(task.duplicate_lines) > 5 else ""
+            return ", ".join(map(str, task.duplicate_lines[:5])) + more
+
+        shown = "; ".join(f"lines {lines(t)} repeat line {t.line}" for t in dupes[:5])
         more = f" (and {len(dupes) - 5} more tasks)" if len(dupes) > 5 else ""
         self.warn(
             GymDuplicateRowWarning(

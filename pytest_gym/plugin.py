@@ -12,11 +12,17 @@ from pytest_gym import hookspecs
 from pytest_gym.deployment import GymError
 from pytest_gym.gymrun import GymRun, GymServer, check_run_dir_unused, new_run_dir
 from pytest_gym.items import GymDatasetFile, GymTrial
+from pytest_gym.report.junit import postprocess_junit
+from pytest_gym.report.summary import flat_properties, synthetic_reports, write_summary
+from pytest_gym.report.terminal import summary_lines
 from pytest_gym.results import TrialOutcome
 from pytest_gym.settings import GymSettings, add_options, resolve
 from pytest_gym.verdict import raise_fault
+from pytest_gym.verdicts import RunResults, SuiteVerdict, parse_gates
 
 RUN_KEY = pytest.StashKey[GymRun]()
+RESULTS_KEY = pytest.StashKey[RunResults]()
+VERDICTS_KEY = pytest.StashKey[list[SuiteVerdict]]()
 WORKER_RUN_DIR = "pytest_gym_run_dir"
 
 
@@ -45,7 +51,22 @@ def pytest_configure(config: pytest.Config) -> None:
         if problem:
             raise pytest.UsageError(f"pytest-gym: {problem}")
     _add_dataset_args(config, settings)  # workers too: xdist gives them the invocation args
+    gates = parse_gates(settings.gate, "--gym-gate / gym_gate")
+    if settings.update_baseline and not settings.baseline:
+        raise pytest.UsageError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
     config.stash[RUN_KEY] = GymRun(settings=settings, run_dir=run_dir, owner=owner)
+    if owner:
+        results = RunResults(settings, gates)
+        results.narrowed = bool(
+            config.getoption("keyword")
+            or config.getoption("markexpr")
+            or config.getoption("deselect", None)
+            or config.getoption("lf", False)
+        )
+        config.stash[RESULTS_KEY] = results
+        config.pluginmanager.register(_ResultsCollector(results), "pytest-gym-results")
+    config.pluginmanager.register(_JunitAfterWrite(), "pytest-gym-junit")
+    config.pluginmanager.register(_Finisher(), "pytest-gym-finisher")
     if config.pluginmanager.hasplugin("xdist"):
         from pytest_gym.xdist import XdistHooks
 
@@ -80,6 +101,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> GymDataset
     collector.agent = run.settings.agent
     collector.min_reward = run.settings.min_reward
     collector.reward_key = run.settings.reward_key
+    collector.xfail_low = run.settings.verdict == "gate"
     return collector
 
 
@@ -121,12 +143,84 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
         item.config.stash[RUN_KEY].stop_dispatch()
 
 
+class _ResultsCollector:
+    """Feeds every test report to the run's results (on the owner: xdist reports arrive there too)."""
+
+    def __init__(self, results: RunResults) -> None:
+        self.results = results
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.results.add_report(report)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Judge the suites once, on the owner, before pytest's own reports are written."""
+    config = session.config
+    results = config.stash.get(RESULTS_KEY, None)
+    if results is None or not results.trials:
+        return
+    run = config.stash[RUN_KEY]
+    run.close()  # every rollout of this process is in the run folder now
+    run.aggregate_metrics()
+    verdicts = results.judge(config.rootpath)
+    config.stash[VERDICTS_KEY] = verdicts
+    write_summary(run, verdicts)
+    failed = False
+    for verdict in verdicts:
+        config.hook.pytest_gym_suite_result(suite=verdict.suite, metrics=verdict.metrics())
+        for report in synthetic_reports(verdict):
+            config.hook.pytest_runtest_logreport(report=report)
+            failed = failed or report.failed
+    if failed and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.hookimpl(wrapper=True)
-def pytest_sessionfinish(session: pytest.Session) -> Generator[None, None, None]:
-    try:
-        return (yield)
-    finally:
-        session.config.stash[RUN_KEY].finish()
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
+    result = yield
+    config = terminalreporter.config
+    verdicts = config.stash.get(VERDICTS_KEY, None)
+    run = config.stash.get(RUN_KEY, None)
+    if verdicts and run is not None and config.get_verbosity() >= 0:
+        update = None
+        if run.settings.baseline:
+            update = f"pytest ... --gym-baseline {run.settings.baseline} --gym-update-baseline"
+        terminalreporter.write_sep("=", "pytest-gym")
+        for line in summary_lines(verdicts, update):
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(f"run folder: {run.run_dir}")
+        for note in run.notes:
+            terminalreporter.write_line(f"note: {note}")
+    return result
+
+
+class _JunitAfterWrite:
+    """Post-process the JUnit file after pytest wrote it (pytest writes it in a plain sessionfinish)."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        config = session.config
+        xmlpath = getattr(config.option, "xmlpath", None)
+        verdicts = config.stash.get(VERDICTS_KEY, None)
+        if not xmlpath or hasattr(config, "workerinput"):
+            return
+        path = Path(xmlpath)
+        if not path.exists():
+            return
+        suites = {v.suite: flat_properties(v) for v in verdicts or []}
+        postprocess_junit(path, suites, xsd_strict=True, keep_errors=True)
+
+
+class _Finisher:
+    """Stop the deployment after every other sessionfinish implementation ran."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        try:
+            return (yield)
+        finally:
+            session.config.stash[RUN_KEY].finish()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

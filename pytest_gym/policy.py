@@ -165,7 +165,7 @@ class PolicyHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b"{}"
         return json.loads(raw or b"{}")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         route = _route(self.path)
         state = self.server.state
         if route in ("/models", ""):
@@ -181,7 +181,7 @@ class PolicyHandler(BaseHTTPRequestHandler):
             # Not 404: Gym retries 404s, and an unknown route should fail fast.
             self._send(400, {"error": {"message": f"unknown route {self.path}"}})
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         state = self.server.state
         if _route(self.path) != "/_script":
             self._send(400, {"error": {"message": f"unknown route {self.path}"}})
@@ -198,7 +198,7 @@ class PolicyHandler(BaseHTTPRequestHandler):
             return
         self._send(200, asdict(state.script))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         route = _route(self.path)
         if route not in ("/responses", "/chat/completions"):
             self._send(400, {"error": {"message": f"unknown route {self.path}"}})
@@ -241,7 +241,8 @@ class PolicyServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        name = host.decode() if isinstance(host, bytes) else host
+        return f"http://{name}:{port}/v1"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,9 @@ def _restore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def spawn_group(args: Sequence[str], cwd: Path, log_path: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn_group(
+    args: Sequence[str], cwd: Path, log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``args`` as the leader of a new session and process group, output to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -35,7 +37,7 @@ def spawn_group(args: Sequence[str], cwd: Path, log_path: Path, env: dict[str, s
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_restore_sigint,  # noqa: PLW1509 - runs before exec, no threads involved
+            preexec_fn=_restore_sigint,
             env=env,
         )
 
@@ -61,10 +63,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _reap(pid: int, popen: subprocess.Popen[bytes] | None) -> None:
@@ -85,7 +85,9 @@ def _wait_group(pgid: int, deadline: float, popen: subprocess.Popen[bytes] | Non
     return not group_alive(pgid)
 
 
-def stop_group(pgid: int, grace: float, popen: subprocess.Popen[bytes] | None = None, first: signal.Signals = signal.SIGINT) -> str:
+def stop_group(
+    pgid: int, grace: float, popen: subprocess.Popen[bytes] | None = None, first: signal.Signals = signal.SIGINT
+) -> str:
     """Stop every process of a group; returns how it ended (for the log)."""
     _reap(pgid, popen)
     if not group_alive(pgid):

@@ -19,6 +19,7 @@ class TrialSpec:
     agent: str | None
     min_reward: float = 1.0
     reward_key: str = "reward"
+    xfail_low: bool = False
 
     @property
     def key(self) -> tuple[str, int]:

@@ -38,7 +38,11 @@ def mask_mapping(data: Any) -> Any:
     """A copy of a config-like structure with secret-named values masked."""
     if isinstance(data, Mapping):
         return {
-            key: (MASK if isinstance(key, str) and _SECRET_NAME.search(key) and value not in (None, "") else mask_mapping(value))
+            key: (
+                MASK
+                if isinstance(key, str) and _SECRET_NAME.search(key) and value not in (None, "")
+                else mask_mapping(value)
+            )
             for key, value in data.items()
         }
     if isinstance(data, (list, tuple)):

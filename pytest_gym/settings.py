@@ -16,7 +16,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-Kind = Literal["str", "int", "float", "list"]
+Kind = Literal["str", "int", "float", "list", "flag"]
 
 
 @dataclass(frozen=True)
@@ -44,27 +44,89 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("dataset", "jsonl dataset to run as tests; repeatable (ini: gym_dataset, one path a line, relative to rootdir)", "list", "PATH", is_path=True),
+    Spec(
+        "dataset",
+        "jsonl dataset to run as tests; repeatable (ini: gym_dataset, one path a line, relative to rootdir)",
+        "list",
+        "PATH",
+        is_path=True,
+    ),
     Spec("repeats", "trials per task, reported as [r0], [r1], ... (default 1)", "int", "N"),
     Spec("url", "attach to a running Gym head server (e.g. http://127.0.0.1:11000); starts nothing", metavar="URL"),
     Spec("config", "Gym config file for `gym env start --config`; repeatable", "list", "PATH", is_path=True),
     Spec("resources_server", "resources server to start (`gym env start --resources-server`)", metavar="NAME"),
     Spec("model_type", "model server type to start (default openai_model)", metavar="TYPE"),
-    Spec("set", "extra Gym setting KEY=VALUE, passed as Hydra +KEY=VALUE (write ++KEY=VALUE to override); repeatable", "list", "KEY=VALUE"),
-    Spec("model_url", "policy model base URL (OpenAI-compatible, e.g. http://host:8000/v1); key from $GYM_POLICY_API_KEY", metavar="URL"),
+    Spec(
+        "set",
+        "extra Gym setting KEY=VALUE, passed as Hydra +KEY=VALUE (write ++KEY=VALUE to override); repeatable",
+        "list",
+        "KEY=VALUE",
+    ),
+    Spec(
+        "model_url",
+        "policy model base URL (OpenAI-compatible, e.g. http://host:8000/v1); key from $GYM_POLICY_API_KEY",
+        metavar="URL",
+    ),
     Spec("model", "policy model name", metavar="NAME"),
-    Spec("agent", "agent to route every row to (sets agent_ref); default: the row's own, else the only agent", metavar="NAME"),
-    Spec("policy", "built-in policy: 'scripted' starts a deterministic local model server (default none)", choices=("none", "scripted")),
+    Spec(
+        "agent",
+        "agent to route every row to (sets agent_ref); default: the row's own, else the only agent",
+        metavar="NAME",
+    ),
+    Spec(
+        "policy",
+        "built-in policy: 'scripted' starts a deterministic local model server (default none)",
+        choices=("none", "scripted"),
+    ),
     Spec("policy_answer", "what the scripted policy answers (default \\boxed{A})", metavar="TEXT"),
     Spec("policy_latency_ms", "latency the scripted policy adds to each call, in ms (default 0)", "float", "MS"),
     Spec("cli", "the gym executable (default: `gym` on PATH)", metavar="PATH"),
-    Spec("server_venv", "run every Gym server in this venv instead of building one each ('auto': the gym CLI's own venv)", metavar="PATH|auto", is_path=True),
-    Spec("run_dir", "folder for this run's Gym log and artifacts (default: a new folder under .pytest_gym/runs)", metavar="PATH", is_path=True),
+    Spec(
+        "server_venv",
+        "run every Gym server in this venv instead of building one each ('auto': the gym CLI's own venv)",
+        metavar="PATH|auto",
+        is_path=True,
+    ),
+    Spec(
+        "run_dir",
+        "folder for this run's Gym log and artifacts (default: a new folder under .pytest_gym/runs)",
+        metavar="PATH",
+        is_path=True,
+    ),
     Spec("startup_timeout", "seconds to wait for Gym to be ready (default 240)", "float", "S"),
     Spec("shutdown_grace", "seconds Gym gets to stop after SIGINT before SIGTERM/SIGKILL (default 30)", "float", "S"),
     Spec("trial_timeout", "seconds one rollout may take (default 600)", "float", "S"),
     Spec("reward_key", "field of Gym's answer that holds the reward (default reward)", metavar="KEY"),
     Spec("min_reward", "a trial passes when its reward is at least this (default 1.0)", "float", "X"),
+    Spec(
+        "gate",
+        "suite gate '<metric> <op> <number>'; metrics: mean_reward, pass@K, pass^K, error_rate, "
+        "ci_low(mean_reward); repeatable",
+        "list",
+        "EXPR",
+    ),
+    Spec(
+        "verdict",
+        "'trial': every low-reward trial fails (default); "
+        "'gate': low rewards are xfail, only gates, regressions and errors fail the run",
+        choices=("trial", "gate"),
+    ),
+    Spec(
+        "baseline",
+        "baseline file to compare this run with (per-task results by content hash)",
+        metavar="PATH",
+        is_path=True,
+    ),
+    Spec("update_baseline", "write this run's results to --gym-baseline (atomically)", "flag"),
+    Spec(
+        "max_regression", "a significant drop of mean reward larger than this fails the run (default 0.0)", "float", "X"
+    ),
+    Spec(
+        "summary",
+        "write the run summary (suite metrics, gates, baseline) as JSON here as well",
+        metavar="PATH",
+        is_path=True,
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}
@@ -96,6 +158,12 @@ class GymSettings(BaseModel):
     trial_timeout: float = Field(600.0, gt=0)
     reward_key: str = Field("reward", min_length=1)
     min_reward: float = 1.0
+    gate: tuple[str, ...] = ()
+    verdict: Literal["trial", "gate"] = "trial"
+    baseline: str | None = None
+    update_baseline: bool = False
+    max_regression: float = Field(0.0, ge=0.0)
+    summary: str | None = None
 
     @property
     def starts_gym(self) -> bool:
@@ -105,9 +173,22 @@ class GymSettings(BaseModel):
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("gym", "pytest-gym: NeMo Gym evaluations as tests")
     for spec in SPECS:
-        action = "append" if spec.kind == "list" else "store"
-        group.addoption(spec.flag, dest=spec.dest, action=action, default=None, metavar=spec.metavar, choices=spec.choices, help=spec.help)
-        ini_type: Literal["linelist", "string"] = "linelist" if spec.kind == "list" else "string"
+        ini_type: Literal["linelist", "string", "bool"] = "string"
+        if spec.kind == "flag":
+            group.addoption(spec.flag, dest=spec.dest, action="store_true", default=None, help=spec.help)
+            ini_type = "bool"
+        else:
+            action = "append" if spec.kind == "list" else "store"
+            group.addoption(
+                spec.flag,
+                dest=spec.dest,
+                action=action,
+                default=None,
+                metavar=spec.metavar,
+                choices=spec.choices,
+                help=spec.help,
+            )
+            ini_type = "linelist" if spec.kind == "list" else "string"
         parser.addini(spec.ini, help=spec.help, type=ini_type, default=None)
 
 
@@ -156,7 +237,9 @@ def resolve(
         if spec.kind == "list":
             raw = _split_list(raw)
         if spec.is_path and raw != "auto":
-            raw = tuple(str(resolve_path(v, base)) for v in raw) if spec.kind == "list" else str(resolve_path(raw, base))
+            raw = (
+                tuple(str(resolve_path(v, base)) for v in raw) if spec.kind == "list" else str(resolve_path(raw, base))
+            )
         try:
             values[spec.name] = _validate_one(spec.name, raw)
         except ValidationError as exc:

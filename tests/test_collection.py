@@ -11,7 +11,10 @@ from pytest_gym.dataset import task_hash
 
 
 def row(answer: str) -> dict[str, object]:
-    return {"responses_create_params": {"input": [{"role": "user", "content": f"say {answer}"}]}, "expected_answer": answer}
+    return {
+        "responses_create_params": {"input": [{"role": "user", "content": f"say {answer}"}]},
+        "expected_answer": answer,
+    }
 
 
 ROWS = [row("A"), row("B"), row("C")]
@@ -50,8 +53,17 @@ def test_selection_that_matches_no_trial_starts_nothing(pytester: pytest.Pyteste
 
 def test_k_and_deselect_select_trials(pytester: pytest.Pytester, dataset: Path) -> None:
     result = pytester.runpytest(
-        "--gym-dataset", str(dataset), "--gym-repeats", "2", "--co", "-q", "-k", f"{HASHES[1]} or r1",
-        "--deselect", f"evals/data.jsonl::{HASHES[2]}[r1]", *NO_GYM,
+        "--gym-dataset",
+        str(dataset),
+        "--gym-repeats",
+        "2",
+        "--co",
+        "-q",
+        "-k",
+        f"{HASHES[1]} or r1",
+        "--deselect",
+        f"evals/data.jsonl::{HASHES[2]}[r1]",
+        *NO_GYM,
     )
     listed = [line for line in result.stdout.lines if line.startswith("evals/")]
     assert listed == [f"evals/data.jsonl::{h}" for h in (f"{HASHES[0]}[r1]", f"{HASHES[1]}[r0]", f"{HASHES[1]}[r1]")]
@@ -80,7 +92,10 @@ def test_duplicate_rows_warn_with_file_and_lines(pytester: pytest.Pytester, data
         fh.write(json.dumps(ROWS[0]) + "\n\n" + json.dumps(ROWS[0], sort_keys=True) + "\n")
     result = pytester.runpytest("--gym-dataset", str(dataset), "--co", "-q", *NO_GYM)
     result.stdout.fnmatch_lines(
-        ["*GymDuplicateRowWarning*duplicate rows collapsed*lines 4, 6 repeat line 1*--gym-repeats*", "3 tests collected*"]
+        [
+            "*GymDuplicateRowWarning*duplicate rows collapsed*lines 4, 6 repeat line 1*--gym-repeats*",
+            "3 tests collected*",
+        ]
     )
 
 
@@ -131,7 +146,8 @@ def test_gym_missing_is_one_error_per_trial_naming_the_cause(pytester: pytest.Py
     result.assert_outcomes(errors=3)
     result.stdout.fnmatch_lines(["*Gym is not installed here: '/nonexistent/gym' was not found on PATH*"])
     states = list((pytester.path / ".pytest_gym").glob("runs/*/deployment.json"))
-    assert len(states) == 1 and "not installed" in json.loads(states[0].read_text())["error"]
+    assert len(states) == 1
+    assert "not installed" in json.loads(states[0].read_text())["error"]
 
 
 def test_run_folder_is_never_reused(pytester: pytest.Pytester, dataset: Path) -> None:

@@ -54,8 +54,8 @@ def test_rows_are_read_back_from_their_offset(tmp_path: Path) -> None:
     [
         ('{"responses_create_params": ', "invalid JSON", "one complete JSON object"),
         ("[1, 2]", "expected a JSON object, got list", "each line must be an object"),
-        ('{"input": "hi"}', "no 'responses_create_params' object", "add \"responses_create_params\""),
-        ('{"responses_create_params": "hi"}', "must be an object, got str", "add \"responses_create_params\""),
+        ('{"input": "hi"}', "no 'responses_create_params' object", 'add "responses_create_params"'),
+        ('{"responses_create_params": "hi"}', "must be an object, got str", 'add "responses_create_params"'),
         ('{"responses_create_params": {"input": NaN}}', "NaN is not valid JSON", "one complete JSON object"),
     ],
 )

@@ -40,17 +40,21 @@ def outcomes_by_test(xml_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "0"), ("-n", "2"), ("-p", "no:xdist")])
-def test_answering_e_passes_the_two_rows_that_expect_e(pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]) -> None:
+def test_answering_e_passes_the_two_rows_that_expect_e(
+    pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
+) -> None:
     result = pytester.runpytest(*attach(gym, "--gym-repeats", "2", "--junitxml", "report.xml"), *xdist)
     result.assert_outcomes(passed=4, failed=6)
     outcome = outcomes_by_test(pytester.path / "report.xml")
-    for h, expected in zip(HASHES, EXAMPLE_ANSWERS):
+    for h, expected in zip(HASHES, EXAMPLE_ANSWERS, strict=False):
         for r in range(2):
             assert outcome[f"{h}[r{r}]"] == ("passed" if expected == "E" else "failure")
     assert gym.policy_calls() == 10
 
 
-def test_failure_message_shows_reward_threshold_task_and_verifier_fields(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+def test_failure_message_shows_reward_threshold_task_and_verifier_fields(
+    pytester: pytest.Pytester, example: Path, gym: RealGym
+) -> None:
     result = pytester.runpytest(*attach(gym), "-k", HASHES[0])
     result.assert_outcomes(failed=1, deselected=4)
     result.stdout.fnmatch_lines(
@@ -80,8 +84,10 @@ def test_trial_properties_are_recorded(pytester: pytest.Pytester, example: Path,
     pytester.runpytest(*attach(gym), "-k", HASHES[3])
     props = json.loads((pytester.path / "props.json").read_text())
     full = task_hash(json.loads(EXAMPLE.read_text().splitlines()[3]))
-    assert props["gym_reward"] == 1.0 and props["gym_task_hash"] == full
-    assert props["gym_repeat"] == 0 and props["gym_line"] == 4
+    assert props["gym_reward"] == 1.0
+    assert props["gym_task_hash"] == full
+    assert props["gym_repeat"] == 0
+    assert props["gym_line"] == 4
     assert props["gym_total_tokens"] == props["gym_input_tokens"] + props["gym_output_tokens"] > 0
     assert 0 < props["gym_latency_s"] < 30
 
@@ -110,7 +116,9 @@ def test_policy_error_surfaces_as_trial_error(pytester: pytest.Pytester, example
 
 
 def test_unknown_agent_is_an_error_listing_the_agents(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
-    result = pytester.runpytest("--gym-url", gym.url, "--gym-agent", "nope", "--gym-dataset", "example.jsonl", "-k", HASHES[0])
+    result = pytester.runpytest(
+        "--gym-url", gym.url, "--gym-agent", "nope", "--gym-dataset", "example.jsonl", "-k", HASHES[0]
+    )
     result.assert_outcomes(errors=1, deselected=4)
     result.stdout.fnmatch_lines(["*agent 'nope' is not served by this Gym deployment; its agents: mcqa_simple_agent*"])
 
@@ -146,25 +154,54 @@ def test_unreachable_gym_url_errors_each_trial_once(pytester: pytest.Pytester, e
 
 def test_start_mode_runs_real_gym_and_stops_it(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
     args = (
-        "--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", "--gym-policy", "scripted",
-        "--gym-policy-answer", "\\boxed{E}", "--gym-cli", gym_cli, "--gym-server-venv", "auto",
-        "--gym-agent", "mcqa_simple_agent", "--gym-run-dir", "run", "--gym-shutdown-grace", "20",
+        "--gym-dataset",
+        "example.jsonl",
+        "--gym-resources-server",
+        "mcqa",
+        "--gym-policy",
+        "scripted",
+        "--gym-policy-answer",
+        "\\boxed{E}",
+        "--gym-cli",
+        gym_cli,
+        "--gym-server-venv",
+        "auto",
+        "--gym-agent",
+        "mcqa_simple_agent",
+        "--gym-run-dir",
+        "run",
+        "--gym-shutdown-grace",
+        "20",
     )
     result = pytester.runpytest_subprocess(*args, "-n", "2")
     result.assert_outcomes(passed=2, failed=3)
     state = json.loads((pytester.path / "run" / "deployment.json").read_text())
-    assert "started" not in state and state["stopped"][0].startswith("gym: stopped")
+    assert "started" not in state
+    assert state["stopped"][0].startswith("gym: stopped")
     from pytest_gym.processes import group_alive
 
     assert (pytester.path / "run" / "gym_env.log").read_text().count("pytest-gym: ") == 1
     server_pids = [s["pid"] for s in state["endpoint"]["servers"] if s["pid"]]
-    assert server_pids and not any(group_alive(p) for p in server_pids)
+    assert server_pids
+    assert not any(group_alive(p) for p in server_pids)
 
 
 def test_start_failure_names_the_cause_and_the_log(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
     args = (
-        "--gym-dataset", "example.jsonl", "--gym-resources-server", "no_such_server", "--gym-policy", "scripted",
-        "--gym-cli", gym_cli, "--gym-server-venv", "auto", "--gym-run-dir", "run", "--gym-startup-timeout", "120",
+        "--gym-dataset",
+        "example.jsonl",
+        "--gym-resources-server",
+        "no_such_server",
+        "--gym-policy",
+        "scripted",
+        "--gym-cli",
+        gym_cli,
+        "--gym-server-venv",
+        "auto",
+        "--gym-run-dir",
+        "run",
+        "--gym-startup-timeout",
+        "120",
     )
     result = pytester.runpytest(*args)
     result.assert_outcomes(errors=5)
@@ -173,7 +210,9 @@ def test_start_failure_names_the_cause_and_the_log(pytester: pytest.Pytester, ex
 
 
 def test_no_policy_is_a_clear_error(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
-    result = pytester.runpytest("--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", "--gym-cli", gym_cli)
+    result = pytester.runpytest(
+        "--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", "--gym-cli", gym_cli
+    )
     result.assert_outcomes(errors=5)
     result.stdout.fnmatch_lines(["*no policy model: pass --gym-model-url URL*or --gym-policy scripted*"])
 
@@ -181,6 +220,8 @@ def test_no_policy_is_a_clear_error(pytester: pytest.Pytester, example: Path, gy
 def test_gym_not_on_path(pytester: pytest.Pytester, example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert shutil.which("gym") is None
-    result = pytester.runpytest("--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
+    result = pytester.runpytest(
+        "--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", "--gym-policy", "scripted"
+    )
     result.assert_outcomes(errors=5)
     result.stdout.fnmatch_lines(["*Gym is not installed here: 'gym' was not found on PATH*--gym-cli*"])

@@ -111,8 +111,12 @@ def _all_suites(suites: list[JUnitNode]) -> Iterator[JUnitNode]:
         yield from _all_suites(list(suite.testsuites()))
 
 
-def _strict_case(case: JUnitNode) -> int:
-    """Make one testcase fit the schema; returns how many ``<error>`` became ``<failure>``."""
+def _strict_case(case: JUnitNode, keep_errors: bool = False) -> int:
+    """Make one testcase fit the schema; returns how many ``<error>`` became ``<failure>``.
+
+    ``keep_errors`` leaves ``<error>`` as pytest wrote it: CI dashboards (Jenkins, GitLab) tell an
+    infrastructure fault from a low reward by it, which matters more than this schema's spelling.
+    """
     element = _elem(case)
     moved = [(p.name, p.value or "") for props in case.iterchildren(Properties) for p in props]
     for name in [key for key in element.attrib if key not in _TESTCASE_ATTRIBUTES]:
@@ -125,7 +129,7 @@ def _strict_case(case: JUnitNode) -> int:
             text += "\n"
         case.system_out = text + "\n".join(property_marker(name, value) for name, value in moved) + "\n"
     converted = 0
-    for error in element.findall("error"):
+    for error in [] if keep_errors else element.findall("error"):
         error.tag = "failure"
         kind = error.get("type")
         error.set("type", ERROR_TYPE if kind is None else f"{ERROR_TYPE}:{kind}")
@@ -142,10 +146,10 @@ def _move_counts(node: JUnitNode, converted: int) -> None:
     attrib["failures"] = str(int(attrib.get("failures", "0")) + converted)
 
 
-def _strict(xml: JUnitNode) -> None:
+def _strict(xml: JUnitNode, keep_errors: bool = False) -> None:
     total = 0
     for suite in _all_suites(list(xml)):
-        converted = sum(_strict_case(case) for case in _direct_cases(suite))
+        converted = sum(_strict_case(case, keep_errors) for case in _direct_cases(suite))
         _move_counts(suite, converted)
         total += converted
     _move_counts(xml, total)
@@ -189,7 +193,10 @@ def _write_atomically(xml: JUnitNode, path: Path) -> None:
 
 
 def postprocess_junit(
-    path: Path | str, suite_properties: Mapping[str, Mapping[str, str]], xsd_strict: bool = True
+    path: Path | str,
+    suite_properties: Mapping[str, Mapping[str, str]],
+    xsd_strict: bool = True,
+    keep_errors: bool = False,
 ) -> None:
     """Add ``gym.<suite>.<name>`` properties to the file's testsuite and, if strict, make it fit the schema.
 
@@ -204,7 +211,7 @@ def postprocess_junit(
     if not suites:
         raise ValueError(f"{path} holds no <testsuite> to add suite properties to")
     if xsd_strict:
-        _strict(xml)
+        _strict(xml, keep_errors)
     _set_suite_properties(suites[0], suite_properties)
     _write_atomically(xml, path)
 

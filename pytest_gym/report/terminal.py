@@ -1,0 +1,54 @@
+"""The compact end-of-run section: per suite, the numbers a reviewer needs and what to do next."""
+
+from __future__ import annotations
+
+from pytest_gym.verdicts import SuiteVerdict
+
+_SHOW_FAILURES = 5
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> list[str]:
+    lines: list[str] = []
+    for v in verdicts:
+        s = v.stats
+        ci = f" (95% CI {_fmt(s.ci_low)}..{_fmt(s.ci_high)})" if s.ci_low is not None else ""
+        passes = ", ".join(f"pass@{k} {_fmt(p)}" for k, p in sorted(s.pass_at.items()) if k in (1, s.max_k))
+        lines.append(
+            f"{v.suite}: {s.tasks} tasks, {s.trials + s.errors} trials, {s.errors} errors, "
+            f"mean reward {_fmt(s.mean_reward)}{ci}" + (f", {passes}" if passes else "")
+        )
+        if v.narrowed:
+            lines.append("  (only the selected trials count: the selection narrowed the suite)")
+        for g in v.gates:
+            lines.append(f"  gate {g.gate.label}: {'PASS' if g.passed else 'FAIL'} ({g.reason})")
+        c = v.comparison
+        if c is not None:
+            delta = c.paired
+            lines.append(
+                f"  baseline: delta {_fmt(delta.mean_delta)} over {delta.n_shared} shared tasks"
+                + (f" (95% CI {_fmt(delta.ci_low)}..{_fmt(delta.ci_high)})" if delta.ci_low is not None else "")
+                + (" REGRESSION" if c.regressed else "")
+            )
+            if c.new_failures:
+                shown = ", ".join(h[:12] for h in c.new_failures[:_SHOW_FAILURES])
+                more = (
+                    f" and {len(c.new_failures) - _SHOW_FAILURES} more" if len(c.new_failures) > _SHOW_FAILURES else ""
+                )
+                lines.append(f"  new failures ({len(c.new_failures)}): {shown}{more}")
+            if c.fixed:
+                lines.append(f"  fixed ({len(c.fixed)}): {', '.join(h[:12] for h in c.fixed[:_SHOW_FAILURES])}")
+            if c.new_tasks:
+                lines.append(f"  new tasks (not in baseline): {len(c.new_tasks)}")
+            if c.unused:
+                lines.append(f"  baseline tasks not run: {len(c.unused)}")
+            if c.settings_mismatch:
+                lines.append(f"  settings differ from the baseline's: {', '.join(c.settings_mismatch)}")
+            if update_command:
+                lines.append(f"  update the baseline: {update_command}")
+        elif v.baseline_note:
+            lines.append(f"  {v.baseline_note}")
+    return lines

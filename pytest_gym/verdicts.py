@@ -1,0 +1,162 @@
+"""Suite-level verdicts: collect every trial's result, compute statistics, judge gates and baselines.
+
+Results are gathered from test reports on the process that owns the run (the only
+process, or the xdist controller), from the builtins-only ``user_properties`` each
+trial carries: one code path, so the numbers are the same with and without xdist.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gym.baseline import (
+    Baseline,
+    BaselineError,
+    Comparison,
+    baseline_from,
+    compare,
+    load_baseline,
+    write_baseline,
+)
+from pytest_gym.gates import Gate, GateResult, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.settings import GymSettings
+from pytest_gym.stats import SuiteStats, suite_stats
+
+
+def parse_gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
+    gates = []
+    for text in expressions:
+        try:
+            gates.append(parse_gate(text))
+        except GateSyntaxError as exc:
+            raise pytest.UsageError(f"pytest-gym: bad gate from {where}: {exc}") from None
+    return gates
+
+
+@dataclass
+class TrialRecord:
+    """What the owner process learns of one trial from its reports."""
+
+    suite: str
+    task_hash: str
+    repeat: int
+    line: int
+    reward: float | None = None
+    error: bool = False
+
+
+@dataclass
+class SuiteVerdict:
+    suite: str
+    stats: SuiteStats
+    gates: list[GateResult]
+    comparison: Comparison | None = None
+    baseline_note: str | None = None
+    narrowed: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return any(not g.passed for g in self.gates) or bool(self.comparison and self.comparison.regressed)
+
+    def metrics(self) -> dict[str, Any]:
+        data = self.stats.to_dict(per_task=False)
+        data["gates"] = {g.gate.label: {"value": g.value, "passed": g.passed, "reason": g.reason} for g in self.gates}
+        if self.comparison is not None:
+            c = self.comparison
+            data["baseline"] = {
+                "mean_delta": c.paired.mean_delta,
+                "ci_low": c.paired.ci_low,
+                "ci_high": c.paired.ci_high,
+                "shared_tasks": c.paired.n_shared,
+                "new_failures": c.new_failures,
+                "fixed": c.fixed,
+                "unused": c.unused,
+                "new_tasks": c.new_tasks,
+                "regressed": c.regressed,
+                "settings_mismatch": c.settings_mismatch,
+            }
+        if self.baseline_note:
+            data["baseline_note"] = self.baseline_note
+        return data
+
+
+@dataclass
+class RunResults:
+    settings: GymSettings
+    gates: list[Gate]
+    trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
+    narrowed: bool = False
+
+    def add_report(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if "gym_task_hash" not in props or report.when == "teardown":
+            return
+        suite = report.nodeid.split("::", 1)[0]
+        key = (suite, str(props["gym_task_hash"]), int(props["gym_repeat"]))  # type: ignore[call-overload]
+        record = self.trials.setdefault(
+            key,
+            TrialRecord(suite, key[1], key[2], int(props.get("gym_line", 0))),  # type: ignore[call-overload]
+        )
+        if report.when == "setup" and report.failed:
+            record.error = True
+        elif "gym_reward" in props:
+            record.reward = float(props["gym_reward"])  # type: ignore[arg-type]
+
+    def suites(self) -> dict[str, list[TrialRecord]]:
+        grouped: dict[str, list[TrialRecord]] = defaultdict(list)
+        for record in self.trials.values():
+            grouped[record.suite].append(record)
+        return dict(grouped)
+
+    def judge(self, rootdir: Path) -> list[SuiteVerdict]:
+        verdicts = []
+        for suite, records in sorted(self.suites().items()):
+            rewards: dict[str, list[float]] = defaultdict(list)
+            errors: dict[str, int] = defaultdict(int)
+            lines = {}
+            for r in records:
+                lines[r.task_hash] = r.line
+                if r.reward is not None and not r.error:
+                    rewards[r.task_hash].append(r.reward)
+                else:
+                    rewards.setdefault(r.task_hash, [])
+                    errors[r.task_hash] += 1
+            stats = suite_stats(rewards, self.settings.min_reward, errors)
+            verdict = SuiteVerdict(suite, stats, [evaluate(g, stats) for g in self.gates])
+            verdict.narrowed = self.narrowed
+            self._baseline(verdict, lines)
+            verdicts.append(verdict)
+        return verdicts
+
+    def _baseline_settings(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "repeats": s.repeats,
+            "min_reward": s.min_reward,
+            "agent": s.agent,
+            "model": s.model,
+            "reward_key": s.reward_key,
+        }
+
+    def _baseline(self, verdict: SuiteVerdict, lines: dict[str, int]) -> None:
+        path = self.settings.baseline
+        if not path:
+            return
+        if self.settings.update_baseline:
+            write_baseline(path, baseline_from(verdict.stats, self._baseline_settings(), lines))
+            verdict.baseline_note = f"baseline written to {path}"
+            return
+        try:
+            stored: Baseline | None = load_baseline(path)
+        except BaselineError as exc:
+            verdict.baseline_note = f"baseline unreadable: {exc}"
+            return
+        if stored is None:
+            verdict.baseline_note = f"no baseline at {path}: create it with --gym-update-baseline"
+            return
+        verdict.comparison = compare(stored, verdict.stats, self.settings.max_regression, self._baseline_settings())
