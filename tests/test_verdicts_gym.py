@@ -1,0 +1,201 @@
+"""Suite verdicts end to end against a real Gym: gates, verdict modes, baselines, Gym's own metrics,
+the run folder and the JUnit file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import xmlschema
+from junitparser import JUnitXml
+
+from conftest import EXAMPLE, RealGym
+from pytest_gym.dataset import task_hash
+from pytest_gym.report.junit import read_suite_properties, read_trial_properties
+
+pytestmark = pytest.mark.gym
+XSD = Path(__file__).parent / "data" / "junit-10.xsd"
+
+
+@pytest.fixture
+def example(pytester: pytest.Pytester) -> Path:
+    path = pytester.path / "example.jsonl"
+    shutil.copy(EXAMPLE, path)
+    pytester.makeini("[pytest]\n")
+    return path
+
+
+@pytest.fixture
+def all_e(pytester: pytest.Pytester) -> Path:
+    """Ten mcqa rows that all expect E: a policy answering E passes every one, answering B none."""
+    base = json.loads(EXAMPLE.read_text().splitlines()[3])
+    assert base["expected_answer"] == "E"
+    rows = []
+    for i in range(10):
+        row = json.loads(json.dumps(base))
+        row["responses_create_params"]["input"][0]["content"] += f" (variant {i})"
+        rows.append(row)
+    path = pytester.path / "all_e.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pytester.makeini("[pytest]\n")
+    return path
+
+
+def attach(gym: RealGym, dataset: str = "example.jsonl", *args: str) -> tuple[str, ...]:
+    return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", dataset, *args)
+
+
+def run_dir_of(pytester: pytest.Pytester) -> Path:
+    (found,) = (pytester.path / ".pytest_gym" / "runs").iterdir()
+    return found
+
+
+def test_gates_are_reported_as_tests_and_decide_the_exit_code(
+    pytester: pytest.Pytester, example: Path, gym: RealGym
+) -> None:
+    result = pytester.runpytest(
+        *attach(gym), "--gym-repeats", "2", "--gym-gate", "mean_reward >= 0.4", "--gym-gate", "pass@2>0.5", "-rA"
+    )
+    result.assert_outcomes(passed=5, failed=7)
+    result.stdout.fnmatch_lines(
+        [
+            "*PASSED example.jsonl::gate?mean_reward>=0.4?*",
+            "*FAILED example.jsonl::gate?pass@2>0.5? - gate pass@2>0.5 failed*",
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*= pytest-gym =*",
+            "example.jsonl: 5 tasks, 10 trials, 0 errors, mean reward 0.400 (95% CI *), pass@1 0.400, pass@2 0.400",
+            "  gate mean_reward>=0.4: PASS (mean_reward = 0.4 >= 0.4)",
+            "  gate pass@2>0.5: FAIL (pass@2 = 0.4, required > 0.5)",
+        ]
+    )
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")])
+def test_gate_verdict_mode_xfails_low_rewards_and_exits_on_gates_only(
+    pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
+) -> None:
+    ok = pytester.runpytest(*attach(gym), "--gym-verdict", "gate", "--gym-gate", "mean_reward>=0.4", *xdist)
+    ok.assert_outcomes(passed=3, xfailed=3)
+    assert ok.ret == pytest.ExitCode.OK
+    bad = pytester.runpytest(*attach(gym), "--gym-verdict", "gate", "--gym-gate", "mean_reward>=0.5", *xdist)
+    bad.assert_outcomes(passed=2, xfailed=3, failed=1)
+    assert bad.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_malformed_gate_is_a_usage_error_showing_the_grammar(pytester: pytest.Pytester, example: Path) -> None:
+    result = pytester.runpytest("--gym-dataset", "example.jsonl", "--gym-gate", "mean_reward => 0.8")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*bad gate from --gym-gate*mean_reward => 0.8*", "*pass@K*"])
+
+
+def test_narrowed_selection_is_said(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+    h = task_hash(json.loads(EXAMPLE.read_text().splitlines()[3]))[:12]
+    result = pytester.runpytest(*attach(gym), "--gym-gate", "mean_reward>=1", "-k", h)
+    result.assert_outcomes(passed=2, deselected=4)
+    result.stdout.fnmatch_lines(["example.jsonl: 1 tasks, 1 trials*", "*selection narrowed the suite*"])
+
+
+def test_our_metrics_equal_gyms_aggregate_metrics(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+    pytester.runpytest(*attach(gym), "--gym-repeats", "3")
+    run_dir = run_dir_of(pytester)
+    ours = json.loads((run_dir / "pytest_gym_summary.json").read_text())["suites"]["example.jsonl"]
+    (entry,) = json.loads((run_dir / "rollouts_aggregate_metrics.json").read_text())
+    gym_metrics = entry["agent_metrics"]
+    assert gym_metrics["mean/reward"] == pytest.approx(ours["mean_reward"])
+    for k in (1, 2, 3):
+        assert gym_metrics[f"pass@{k}/accuracy"] == pytest.approx(100 * ours["pass_at"][str(k)])
+    assert len((run_dir / "rollouts.jsonl").read_text().splitlines()) == 15
+    assert len((run_dir / "rollouts_materialized_inputs.jsonl").read_text().splitlines()) == 15
+
+
+def test_regression_against_baseline_fails_naming_new_failures(
+    pytester: pytest.Pytester, all_e: Path, gym: RealGym
+) -> None:
+    args = attach(gym, "all_e.jsonl", "--gym-repeats", "2", "--gym-verdict", "gate", "--gym-baseline", "base.json")
+    missing = pytester.runpytest(*args)
+    missing.stdout.fnmatch_lines(["*no baseline at */base.json: create it with --gym-update-baseline*"])
+    assert missing.ret == pytest.ExitCode.OK
+    written = pytester.runpytest(*args, "--gym-update-baseline")
+    assert written.ret == pytest.ExitCode.OK
+    assert len(json.loads((pytester.path / "base.json").read_text())["tasks"]) == 10
+    same = pytester.runpytest(*args)
+    same.assert_outcomes(passed=21)
+    same.stdout.fnmatch_lines(["  baseline: delta 0.000 over 10 shared tasks*"])
+    gym.script(answer="\\boxed{B}")
+    worse = pytester.runpytest(*args)
+    worse.assert_outcomes(xfailed=20, failed=1)
+    assert worse.ret == pytest.ExitCode.TESTS_FAILED
+    first = task_hash(json.loads(all_e.read_text().splitlines()[0]))[:12]
+    worse.stdout.fnmatch_lines(
+        [
+            f"regression against the baseline: mean reward changed by -1.000 * over 10 shared tasks; new failures: {first}*"
+        ]
+    )
+    worse.stdout.fnmatch_lines(
+        [
+            f"  new failures (10): {first}, * and 5 more",
+            "  update the baseline: pytest ... --gym-baseline */base.json --gym-update-baseline",
+            "FAILED all_e.jsonl::baseline - regression against the baseline*",
+        ]
+    )
+
+
+def test_reordered_and_inserted_rows_do_not_disturb_the_baseline(
+    pytester: pytest.Pytester, all_e: Path, gym: RealGym
+) -> None:
+    args = attach(gym, "all_e.jsonl", "--gym-verdict", "gate", "--gym-baseline", "base.json")
+    pytester.runpytest(*args, "--gym-update-baseline")
+    lines = all_e.read_text().splitlines()
+    extra = json.loads(lines[0])
+    extra["responses_create_params"]["input"][0]["content"] += " (new)"
+    all_e.write_text("\n".join([json.dumps(extra), *reversed(lines)]) + "\n")
+    again = pytester.runpytest(*args)
+    again.assert_outcomes(passed=12)
+    again.stdout.fnmatch_lines(["  baseline: delta 0.000 over 10 shared tasks*", "  new tasks (not in baseline): 1"])
+
+
+def test_suite_result_hook_gets_the_metrics(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+    pytester.makeconftest(
+        """
+        import json
+        def pytest_gym_suite_result(suite, metrics):
+            with open("suite.json", "w") as fh:
+                json.dump({"suite": suite, "metrics": metrics}, fh)
+        """
+    )
+    pytester.runpytest(*attach(gym), "--gym-gate", "error_rate<=0")
+    data = json.loads((pytester.path / "suite.json").read_text())
+    assert data["suite"] == "example.jsonl"
+    assert data["metrics"]["mean_reward"] == pytest.approx(0.4)
+    assert data["metrics"]["gates"]["error_rate<=0"]["passed"] is True
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")])
+def test_junit_validates_and_carries_trial_and_suite_properties(
+    pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
+) -> None:
+    pytester.runpytest(
+        *attach(gym), "--gym-repeats", "2", "--gym-gate", "mean_reward>=0.4", "--junitxml", "r.xml", *xdist
+    )
+    path = pytester.path / "r.xml"
+    xmlschema.XMLSchema(str(XSD)).validate(str(path))
+    suite = read_suite_properties(path)
+    assert float(suite["gym.example.jsonl.mean_reward"]) == pytest.approx(0.4)
+    assert suite["gym.example.jsonl.gate[mean_reward>=0.4]"].startswith("pass")
+    trials = read_trial_properties(path)
+    rewards = sorted(float(p["gym_reward"]) for name, p in trials.items() if "gym_reward" in p)
+    assert rewards == [0.0] * 6 + [1.0] * 4
+    cases = [case.name for s in JUnitXml.fromfile(str(path)) for case in s]
+    assert "gate[mean_reward>=0.4]" in cases
+
+
+def test_junit_keeps_error_for_infrastructure_faults(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+    pytester.runpytest(*attach(gym), "--gym-reward-key", "nope", "--junitxml", "r.xml")
+    xml = (pytester.path / "r.xml").read_text()
+    assert xml.count("<error ") == 5
+    assert "<properties>" not in xml.split("<testcase", 1)[1]
