@@ -1,19 +1,32 @@
 """Run rollouts ahead of pytest, in item order, with a bounded number in flight.
 
 pytest runs items one at a time; rollouts are slow network calls. The
-dispatcher runs an asyncio loop in a background thread: it starts the planned
-trials in item order, at most ``concurrency`` in flight and at most
-``lookahead`` finished-but-unreported results held, while each trial item
-waits only for its own result. ``stop()`` (after ``-x``, Ctrl-C, or the end of
-the session) starts nothing new and cancels what is in flight.
+dispatcher runs an asyncio loop in a background thread. A feeder walks the
+planned trials in item order and starts them, at most ``concurrency`` in flight
+and at most ``lookahead`` trials ahead of the last one pytest reached; each
+trial item waits only for its own result. A trial pytest reaches before the
+feeder did is started at once, ahead of any prefetch waiting for a slot.
+
+Under xdist a ``ClaimBoard`` (see ``pytest_gym.xdist``) makes the dispatchers
+of all workers share the trials: each walks the whole list, runs only what it
+claimed, publishes what it ran, and waits for what another worker claimed.
+Without a board everything stays in memory.
+
+``stop()`` (after ``-x``, ``--maxfail``, Ctrl-C) starts nothing new and cancels
+what is in flight. ``close()`` at the end of the session lets, under xdist, the
+rollouts in flight finish (another worker may be waiting for them); without a
+board there is nothing left that anyone waits for, so it cancels.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
+import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -21,6 +34,50 @@ from pytest_gym.client import TrialFault, build_request, post_run, token_usage
 from pytest_gym.dataset import DatasetError
 from pytest_gym.deployment import GymEndpoint, GymError
 from pytest_gym.results import TrialOutcome, TrialSpec
+
+if TYPE_CHECKING:
+    from pytest_gym.xdist import ClaimBoard
+
+#: Seconds a worker waits beyond the trial timeout for a trial another live worker claimed.
+CLAIM_WAIT_MARGIN_S = 30.0
+_POLL_MIN_S = 0.0005
+_POLL_MAX_S = 0.02
+
+
+class _Slots:
+    """A semaphore whose urgent waiters (a trial pytest is waiting for) go before prefetches."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self.size = size
+        self._urgent: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._normal: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @property
+    def in_use(self) -> int:
+        return self.size - self.free
+
+    async def acquire(self, urgent: bool = False) -> None:
+        if self.free > 0 and not self._urgent and (urgent or not self._normal):
+            self.free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        (self._urgent if urgent else self._normal).append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot just as we were cancelled: pass it on
+            raise
+
+    def release(self) -> None:
+        for queue in (self._urgent, self._normal):
+            while queue:
+                waiter = queue.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+        self.free += 1
 
 
 class Dispatcher:
@@ -31,23 +88,33 @@ class Dispatcher:
         trial_timeout: float,
         default_agent: str | None,
         lookahead: int | None = None,
+        board: ClaimBoard | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.concurrency = max(1, concurrency)
-        self.lookahead = lookahead if lookahead is not None else max(64, 4 * self.concurrency)
+        self.lookahead = max(1, lookahead if lookahead is not None else max(64, 4 * self.concurrency))
         self.trial_timeout = trial_timeout
         self.default_agent = default_agent
+        self.board = board
         self.listeners: list[Callable[[TrialOutcome], None]] = []
+        #: Problems that did not stop a trial but should be reported (a listener or the board failed).
+        self.problems: list[str] = []
         self._plan: list[TrialSpec] = []
-        self._futures: dict[str, concurrent.futures.Future[TrialOutcome]] = {}
+        self._index: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._consumed = 0
+        # Trials this process started and whose outcome is still held; with a board, an outcome that no
+        # local item waits for is dropped once published (the board has it).
+        self._running: dict[str, concurrent.futures.Future[TrialOutcome]] = {}
+        self._waiting: set[str] = set()
+        self._started: set[str] = set()
+        self._position = 0
         self._stopping = False
+        self._closing = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
         self._thread.start()
         self._client: httpx.AsyncClient | None = None
-        self._semaphore: asyncio.Semaphore | None = None
+        self._slots = _Slots(self.concurrency)
         self._progress: asyncio.Event | None = None
         self._feeder: concurrent.futures.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -56,28 +123,30 @@ class Dispatcher:
     async def _init(self) -> None:
         limits = httpx.Limits(max_connections=self.concurrency + 4, max_keepalive_connections=self.concurrency + 4)
         self._client = httpx.AsyncClient(limits=limits, trust_env=False, timeout=self.trial_timeout)
-        self._semaphore = asyncio.Semaphore(self.concurrency)
         self._progress = asyncio.Event()
 
     # -- called from pytest's thread -------------------------------------------------
 
     def plan(self, specs: Sequence[TrialSpec]) -> None:
-        """The trials this process will report, in the order it will report them."""
+        """The trials of the session, in the order pytest runs them (under xdist: all workers' together)."""
         with self._lock:
             self._plan = list(specs)
+            self._index = {spec.nodeid: i for i, spec in enumerate(self._plan)}
         if self._feeder is None and self._plan:
             self._feeder = asyncio.run_coroutine_threadsafe(self._feed(), self._loop)
 
     def result(self, spec: TrialSpec, timeout: float | None = None) -> TrialOutcome:
-        """Block until this trial's rollout is done (starting it now if it was not planned)."""
-        future = self._future_for(spec)
-        if not future.running() and not future.done():
-            asyncio.run_coroutine_threadsafe(self._launch_now(spec), self._loop)
-        outcome = future.result(timeout=timeout)
-        with self._lock:
-            self._consumed += 1
-        self._loop.call_soon_threadsafe(self._wake)
-        return outcome
+        """Block until this trial's rollout is done, starting it now if nobody has.
+
+        Raises ``concurrent.futures.CancelledError`` when the run was stopped before it started.
+        """
+        self._advance(spec)
+        if self.board is None:
+            future = self._local(spec.nodeid) or self._start_now(spec)
+            if future is None:
+                raise concurrent.futures.CancelledError()
+            return self._wait_local(spec.nodeid, future, timeout)
+        return self._board_result(spec, timeout)
 
     def stop(self) -> None:
         """Start nothing new; cancel the rollouts in flight."""
@@ -85,92 +154,224 @@ class Dispatcher:
             return
         self._stopping = True
         if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(timeout=10)
+            asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(timeout=30)
 
     def close(self) -> None:
+        """End of the session: with a board, let the rollouts in flight finish first; then shut down."""
+        if self.board is not None and not self._stopping and self._loop.is_running():
+            self._closing = True
+            drain = asyncio.run_coroutine_threadsafe(self._drain(), self._loop)
+            try:
+                drain.result(timeout=self.trial_timeout + CLAIM_WAIT_MARGIN_S)
+            except concurrent.futures.TimeoutError:
+                self.problems.append("rollouts still running at the end of the session were cancelled")
         self.stop()
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(self._aclose(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
 
-    # -- internals ---------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return self._slots.in_use
 
-    def _future_for(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome]:
+    # -- pytest's thread: waiting ------------------------------------------------------
+
+    def _advance(self, spec: TrialSpec) -> None:
+        index = self._index.get(spec.nodeid)
+        if index is not None and index + 1 > self._position:
+            self._position = index + 1
+            self._loop.call_soon_threadsafe(self._wake)
+
+    def _local(self, nodeid: str) -> concurrent.futures.Future[TrialOutcome] | None:
         with self._lock:
-            future = self._futures.get(spec.nodeid)
-            if future is None:
-                future = self._futures[spec.nodeid] = concurrent.futures.Future()
+            future = self._running.get(nodeid)
+            if future is not None:
+                self._waiting.add(nodeid)
             return future
 
+    def _start_now(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | None:
+        """Claim and start a trial pytest needs now; None if stopping or another process claimed it."""
+        if self._stopping or not self._loop.is_running():
+            return None
+        started = asyncio.run_coroutine_threadsafe(self._claim_now(spec), self._loop).result()
+        if started is not None:
+            with self._lock:
+                self._waiting.add(spec.nodeid)
+        return started
+
+    def _wait_local(
+        self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None
+    ) -> TrialOutcome:
+        try:
+            return future.result(timeout=timeout)
+        finally:
+            with self._lock:
+                self._waiting.discard(nodeid)
+                if future.done() and self._running.get(nodeid) is future:
+                    del self._running[nodeid]
+
+    def _board_result(self, spec: TrialSpec, timeout: float | None) -> TrialOutcome:
+        from pytest_gym.xdist import alive
+
+        board = self.board
+        assert board is not None
+        nodeid = spec.nodeid
+        started = time.monotonic()
+        deadline: float | None = None
+        pause = _POLL_MIN_S
+        while True:
+            future = self._local(nodeid)
+            if future is not None:
+                return self._wait_local(nodeid, future, timeout)
+            outcome = board.read(nodeid)
+            if outcome is not None:
+                return outcome
+            owner = board.claimant(nodeid)
+            if owner is None:
+                future = self._start_now(spec)
+                if future is not None:
+                    return self._wait_local(nodeid, future, timeout)
+                if self._stopping:
+                    raise concurrent.futures.CancelledError()
+                continue  # another worker claimed it a moment ago
+            if owner != board.pid and not alive(owner):
+                if board.take_over(nodeid, owner):
+                    future = self._take_over_now(spec)
+                    if future is not None:
+                        return self._wait_local(nodeid, future, timeout)
+                    board.release(nodeid)
+                    raise concurrent.futures.CancelledError()
+                continue
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.trial_timeout + CLAIM_WAIT_MARGIN_S
+            if now >= deadline or (timeout is not None and now - started >= timeout):
+                return self._fault(
+                    spec,
+                    "timeout",
+                    f"the worker that claimed this trial (pid {owner}) published no result within "
+                    f"{self.trial_timeout + CLAIM_WAIT_MARGIN_S:g} s",
+                )
+            time.sleep(pause)
+            pause = min(_POLL_MAX_S, pause * 1.5)
+
+    def _take_over_now(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | None:
+        if self._stopping or not self._loop.is_running():
+            return None
+        started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, claimed=True), self._loop).result()
+        if started is not None:
+            with self._lock:
+                self._waiting.add(spec.nodeid)
+        return started
+
+    # -- the loop thread -----------------------------------------------------------------
+
     def _wake(self) -> None:
-        assert self._progress is not None
-        self._progress.set()
+        if self._progress is not None:
+            self._progress.set()
+
+    def _known(self, nodeid: str) -> bool:
+        """Started by this process, or (with a board) claimed by any."""
+        if nodeid in self._started:
+            return True
+        return self.board is not None and self.board.claimed(nodeid)
 
     async def _feed(self) -> None:
-        assert self._semaphore is not None
         assert self._progress is not None
-        for index, spec in enumerate(self._plan):
-            while not self._stopping and index >= self._consumed + self.lookahead:
+        plan = self._plan
+        index = 0
+        while True:
+            index = max(index, self._position)
+            if index >= len(plan) or self._stopping or self._closing:
+                return
+            if index >= self._position + self.lookahead:
                 self._progress.clear()
                 await self._progress.wait()
-            if self._stopping:
-                return
-            future = self._future_for(spec)
-            if future.running() or future.done():
                 continue
-            await self._semaphore.acquire()
-            if self._stopping:
-                self._semaphore.release()
-                return
-            self._start(spec, future, acquired=True)
+            spec = plan[index]
+            index += 1
+            if self._known(spec.nodeid):
+                continue
+            await self._slots.acquire()
+            if self._stopping or self._closing or not self._claim(spec):
+                self._slots.release()
+                continue
+            self._start(spec)
 
-    async def _launch_now(self, spec: TrialSpec) -> None:
-        future = self._future_for(spec)
-        if future.running() or future.done():
-            return
-        self._start(spec, future, acquired=False)
+    def _claim(self, spec: TrialSpec) -> bool:
+        if spec.nodeid in self._started:
+            return False
+        return self.board is None or self.board.claim(spec.nodeid)
 
-    def _start(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome], acquired: bool) -> None:
-        if not future.set_running_or_notify_cancel():
-            if acquired:
-                assert self._semaphore is not None
-                self._semaphore.release()
-            return
-        task = self._loop.create_task(self._run(spec, future, acquired))
+    async def _claim_now(
+        self, spec: TrialSpec, claimed: bool = False
+    ) -> concurrent.futures.Future[TrialOutcome] | None:
+        with self._lock:
+            future = self._running.get(spec.nodeid)
+        if future is not None:
+            return future
+        if spec.nodeid in self._started and not claimed:
+            if self.board is not None:
+                return None  # ran here and was published: the board has it
+            self._started.discard(spec.nodeid)  # asked again after it was consumed (a rerun): run it again
+        await self._slots.acquire(urgent=True)
+        with self._lock:
+            future = self._running.get(spec.nodeid)
+        if future is not None or self._stopping or not (claimed or self._claim(spec)):
+            self._slots.release()
+            return future
+        return self._start(spec)
+
+    def _start(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome]:
+        """Run a claimed trial; the caller holds a slot, which the rollout releases."""
+        future: concurrent.futures.Future[TrialOutcome] = concurrent.futures.Future()
+        future.set_running_or_notify_cancel()
+        with self._lock:
+            self._running[spec.nodeid] = future
+        self._started.add(spec.nodeid)
+        task = self._loop.create_task(self._run(spec, future))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return future
 
-    async def _run(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome], acquired: bool) -> None:
-        assert self._semaphore is not None
-        if not acquired:
-            await self._semaphore.acquire()
+    async def _run(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome]) -> None:
         try:
             outcome = await self._rollout(spec)
         except asyncio.CancelledError:
-            outcome = self._outcome(
-                spec, error=("cancelled", "cancelled: the run was stopped before this rollout finished")
-            )
-            future.set_result(outcome)
+            self._slots.release()
+            if self.board is not None:
+                self._guard("the claim board", self.board.release, spec.nodeid)
+            future.set_result(self._fault(spec, "cancelled", "cancelled: the run was stopped before it finished"))
             raise
-        finally:
-            self._semaphore.release()
+        self._slots.release()
         for listener in self.listeners:
-            listener(outcome)
+            self._guard("recording a rollout", listener, outcome)
+        if self.board is not None:
+            self._guard("publishing a rollout to the other workers", self.board.publish, outcome)
+            with self._lock:
+                if spec.nodeid not in self._waiting:
+                    self._running.pop(spec.nodeid, None)
         future.set_result(outcome)
 
-    def _outcome(
-        self, spec: TrialSpec, error: tuple[str, str] | None = None, http_status: int | None = None
-    ) -> TrialOutcome:
+    def _guard(self, what: str, call: Callable[..., object], *args: object) -> None:
+        try:
+            call(*args)
+        except Exception as exc:
+            self.problems.append(f"{what} failed: {type(exc).__name__}: {exc}")
+
+    def _fault(self, spec: TrialSpec, error_class: str, message: str) -> TrialOutcome:
+        outcome = self._outcome(spec)
+        outcome.error_class, outcome.error = error_class, message
+        return outcome
+
+    def _outcome(self, spec: TrialSpec) -> TrialOutcome:
         return TrialOutcome(
             nodeid=spec.nodeid,
             task_hash=spec.task.hash,
             repeat=spec.repeat,
             line=spec.task.line,
             dataset=str(spec.task.path),
-            error_class=error[0] if error else None,
-            error=error[1] if error else None,
-            http_status=http_status,
             agent=spec.agent,
         )
 
@@ -179,7 +380,8 @@ class Dispatcher:
         outcome = self._outcome(spec)
         try:
             row = spec.task.load_row()
-            agent = spec.agent or row_agent(row) or self.default_agent
+            own = row_agent(row)
+            agent = spec.agent or own or self.default_agent
             if agent is None:
                 raise GymError(
                     "no agent for this row: pass --gym-agent NAME (Gym's agents here: "
@@ -187,7 +389,7 @@ class Dispatcher:
                 )
             outcome.agent = agent
             url = self.endpoint.route_for(agent)
-            body = build_request(row, agent if spec.agent or not row_agent(row) else None, spec.task_index, spec.repeat)
+            body = build_request(row, agent if spec.agent or not own else None, spec.task_index, spec.repeat)
             outcome.request = body
             answer, reward, latency = await post_run(self._client, url, body, self.trial_timeout, spec.reward_key)
         except TrialFault as fault:
@@ -204,18 +406,18 @@ class Dispatcher:
         outcome.tokens = token_usage(answer)
         return outcome
 
+    async def _drain(self) -> None:
+        self._wake()
+        while self._tasks:
+            await asyncio.wait(list(self._tasks))
+
     async def _cancel_all(self) -> None:
-        if self._progress is not None:
-            self._progress.set()
+        self._wake()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=5)
-        with self._lock:
-            pending = [f for f in self._futures.values() if not f.done()]
-        for future in pending:
-            future.cancel()
+            await asyncio.wait(tasks, timeout=10)
 
     async def _aclose(self) -> None:
         if self._client is not None:

@@ -31,6 +31,7 @@ from pytest_gym.report.artifacts import (
 from pytest_gym.results import TrialSpec
 from pytest_gym.secrets import mask_secrets
 from pytest_gym.settings import GymSettings
+from pytest_gym.xdist import BOARD_DIR, ClaimBoard, worker_share
 
 RUNS_DIR = Path(".pytest_gym") / "runs"
 
@@ -110,12 +111,21 @@ class GymRun:
     settings: GymSettings
     run_dir: Path
     owner: bool
-    concurrency: int = 8
+    #: (index, count) of this xdist worker; None without xdist and on the controller.
+    worker: tuple[int, int] | None = None
     server: GymServer | None = None
     dispatcher: Dispatcher | None = None
     writer: RunFolderWriter | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def concurrency(self) -> int:
+        """This process's part of the run's rollout budget (all of it without xdist)."""
+        if self.worker is None:
+            return self.settings.concurrency
+        index, count = self.worker
+        return worker_share(self.settings.concurrency, count, index)
 
     def open(self, planned: Sequence[TrialSpec]) -> GymServer:
         """Acquire the deployment and start dispatching ``planned`` (once per process)."""
@@ -129,11 +139,15 @@ class GymRun:
                 raise
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
             self.server = GymServer(endpoint, self.settings, default_agent)
+            # Workers share the trials through claim files in the run folder; alone, all stays in memory.
+            board = ClaimBoard(self.run_dir / BOARD_DIR) if self.worker is not None else None
             self.dispatcher = Dispatcher(
                 endpoint,
                 concurrency=self.concurrency,
                 trial_timeout=self.settings.trial_timeout,
                 default_agent=default_agent,
+                lookahead=max(64, 4 * self.settings.concurrency),
+                board=board,
             )
             self.writer = RunFolderWriter(self.run_dir)
             self.dispatcher.listeners.append(self.writer.record)
@@ -147,6 +161,7 @@ class GymRun:
     def close(self) -> None:
         if self.dispatcher is not None:
             self.dispatcher.close()
+            self.notes.extend(self.dispatcher.problems)
             self.dispatcher = None
         if self.writer is not None:
             self.writer.close()
@@ -194,3 +209,4 @@ class GymRun:
         self.close()
         if self.owner:
             self.notes.extend(release(self.settings, self.run_dir))
+            ClaimBoard.remove_folder(self.run_dir / BOARD_DIR)

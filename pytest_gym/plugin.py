@@ -19,6 +19,7 @@ from pytest_gym.results import TrialOutcome
 from pytest_gym.settings import GymSettings, add_options, resolve
 from pytest_gym.verdict import raise_fault
 from pytest_gym.verdicts import RunResults, SuiteVerdict, parse_gates
+from pytest_gym.xdist import worker_slot
 
 RUN_KEY = pytest.StashKey[GymRun]()
 RESULTS_KEY = pytest.StashKey[RunResults]()
@@ -54,7 +55,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gates = parse_gates(settings.gate, "--gym-gate / gym_gate")
     if settings.update_baseline and not settings.baseline:
         raise pytest.UsageError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
-    config.stash[RUN_KEY] = GymRun(settings=settings, run_dir=run_dir, owner=owner)
+    config.stash[RUN_KEY] = GymRun(settings=settings, run_dir=run_dir, owner=owner, worker=worker_slot(workerinput))
     if owner:
         results = RunResults(settings, gates)
         results.narrowed = bool(
@@ -109,9 +110,8 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> GymDataset
 def gym_server(request: pytest.FixtureRequest) -> GymServer:
     """The run's Gym deployment (started once, or attached with --gym-url)."""
     run = request.config.stash[RUN_KEY]
-    # An xdist worker does not know which items it will be given: it runs each on demand.
-    worker = hasattr(request.config, "workerinput")
-    planned = [] if worker else [item.spec for item in request.session.items if isinstance(item, GymTrial)]
+    # Every selected trial, in run order (identical on all xdist workers, which claim them from one another).
+    planned = [item.spec for item in request.session.items if isinstance(item, GymTrial)]
     try:
         return run.open(planned)
     except GymError as exc:
@@ -217,6 +217,8 @@ class _Finisher:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        if session.shouldstop or session.shouldfail or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+            session.config.stash[RUN_KEY].stop_dispatch()  # -x, --maxfail, Ctrl-C: cancel, do not drain
         try:
             return (yield)
         finally:

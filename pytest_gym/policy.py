@@ -11,7 +11,8 @@ Routes (with or without the ``/v1`` prefix):
 - ``POST /v1/chat/completions`` Chat Completions (``vllm_model`` and friends)
 - ``GET  /v1/models``           model listing (Gym probes it at start-up)
 - ``GET/PUT /_script``          read or change the script at run time (tests)
-- ``GET  /_stats``              call counters (tests count paid model calls)
+- ``GET  /_stats``              call counters (tests count paid model calls), calls in flight now and
+                                 at most since the last reset (tests check a concurrency bound)
 
 Faults can be scheduled (``fault_every`` calls, ``fault_mode`` one of
 ``status``, ``hang``, ``garbage``) so that retry and timeout paths are testable
@@ -68,6 +69,8 @@ class PolicyState:
         self.calls = 0
         self.faults = 0
         self.by_route: dict[str, int] = {}
+        self.in_flight = 0
+        self.max_in_flight = 0
 
     def count(self, route: str) -> tuple[int, Script]:
         with self.lock:
@@ -75,9 +78,29 @@ class PolicyState:
             self.by_route[route] = self.by_route.get(route, 0) + 1
             return self.calls, Script(**asdict(self.script))
 
+    def enter(self) -> None:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.in_flight -= 1
+
+    def reset(self) -> None:
+        """Zero the counters (the caller holds the lock); calls in flight stay counted as in flight."""
+        self.calls, self.faults, self.by_route = 0, 0, {}
+        self.max_in_flight = self.in_flight
+
     def stats(self) -> dict[str, Any]:
         with self.lock:
-            return {"calls": self.calls, "faults": self.faults, "by_route": dict(self.by_route)}
+            return {
+                "calls": self.calls,
+                "faults": self.faults,
+                "by_route": dict(self.by_route),
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+            }
 
 
 def _token_count(value: Any) -> int:
@@ -192,7 +215,7 @@ class PolicyHandler(BaseHTTPRequestHandler):
             with state.lock:
                 state.script.update(changes)
                 if reset:
-                    state.calls, state.faults, state.by_route = 0, 0, {}
+                    state.reset()
         except (ValueError, TypeError) as exc:
             self._send(400, {"error": {"message": str(exc)}})
             return
@@ -208,6 +231,14 @@ class PolicyHandler(BaseHTTPRequestHandler):
         except ValueError:
             self._send(400, {"error": {"message": "request body is not JSON"}})
             return
+        state = self.server.state
+        state.enter()
+        try:
+            self._answer(route, body)
+        finally:
+            state.leave()
+
+    def _answer(self, route: str, body: Any) -> None:
         state = self.server.state
         number, script = state.count(route)
         if script.latency_ms > 0:

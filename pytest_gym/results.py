@@ -70,3 +70,10 @@ class TrialOutcome:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TrialOutcome:
+        """The outcome ``to_json`` described (unknown keys are ignored, so older files still read)."""
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        known["tokens"] = dict(known.get("tokens") or {})
+        return cls(**known)

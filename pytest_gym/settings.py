@@ -96,6 +96,12 @@ SPECS: tuple[Spec, ...] = (
     Spec("startup_timeout", "seconds to wait for Gym to be ready (default 240)", "float", "S"),
     Spec("shutdown_grace", "seconds Gym gets to stop after SIGINT before SIGTERM/SIGKILL (default 30)", "float", "S"),
     Spec("trial_timeout", "seconds one rollout may take (default 600)", "float", "S"),
+    Spec(
+        "concurrency",
+        "rollouts in flight for the whole run, across all xdist workers together (default 8)",
+        "int",
+        "C",
+    ),
     Spec("reward_key", "field of Gym's answer that holds the reward (default reward)", metavar="KEY"),
     Spec("min_reward", "a trial passes when its reward is at least this (default 1.0)", "float", "X"),
     Spec(
@@ -156,6 +162,7 @@ class GymSettings(BaseModel):
     startup_timeout: float = Field(240.0, gt=0)
     shutdown_grace: float = Field(30.0, ge=0)
     trial_timeout: float = Field(600.0, gt=0)
+    concurrency: int = Field(8, ge=1, le=100_000)
     reward_key: str = Field("reward", min_length=1)
     min_reward: float = 1.0
     gate: tuple[str, ...] = ()

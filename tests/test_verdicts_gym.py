@@ -133,7 +133,8 @@ def test_regression_against_baseline_fails_naming_new_failures(
     first = task_hash(json.loads(all_e.read_text().splitlines()[0]))[:12]
     worse.stdout.fnmatch_lines(
         [
-            f"regression against the baseline: mean reward changed by -1.000 * over 10 shared tasks; new failures: {first}*"
+            "regression against the baseline: mean reward changed by -1.000 * over 10 shared tasks; "
+            f"new failures: {first}*"
         ]
     )
     worse.stdout.fnmatch_lines(
