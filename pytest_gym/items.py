@@ -17,6 +17,8 @@ import pytest
 
 from pytest_gym.dataset import DatasetError, Task, read_tasks
 from pytest_gym.results import TrialOutcome, TrialSpec
+from pytest_gym.settings import GymSettings
+from pytest_gym.suitefile import SuiteFileError, suite_settings
 from pytest_gym.verdict import check_reward
 
 
@@ -56,9 +58,19 @@ class GymDatasetFile(pytest.File):
     min_reward: float = 1.0
     reward_key: str = "reward"
     xfail_low: bool = False
+    dataset_path: Path
+
+    def configure(self, settings: GymSettings, dataset: Path | None = None) -> None:
+        """Take this suite's settings (the run's, or a suite file's merged with them)."""
+        self.dataset_path = dataset or self.path
+        self.repeats = settings.repeats
+        self.agent = settings.agent
+        self.min_reward = settings.min_reward
+        self.reward_key = settings.reward_key
+        self.xfail_low = settings.verdict == "gate"
 
     def collect(self) -> Iterable[GymTrial]:
-        tasks = read_tasks(self.path, self._row_hook())
+        tasks = read_tasks(self.dataset_path, self._row_hook())
         if not tasks:
             raise DatasetError(
                 self.path,
@@ -89,7 +101,7 @@ class GymDatasetFile(pytest.File):
         hook = self.ihook.pytest_gym_row
         if not hook.get_hookimpls():
             return None
-        path = self.path
+        path = self.dataset_path
 
         def apply(row: dict[str, Any], line: int) -> dict[str, Any] | None:
             result = hook(row=row, dataset=path, line=line)
@@ -109,6 +121,7 @@ class GymDatasetFile(pytest.File):
         dupes = [t for t in tasks if t.duplicate_lines]
         if not dupes:
             return
+
         def lines(task: Task) -> str:
             more = " ..." if len(task.duplicate_lines) > 5 else ""
             return ", ".join(map(str, task.duplicate_lines[:5])) + more
@@ -117,12 +130,24 @@ class GymDatasetFile(pytest.File):
         more = f" (and {len(dupes) - 5} more tasks)" if len(dupes) > 5 else ""
         self.warn(
             GymDuplicateRowWarning(
-                f"{self.path}: duplicate rows collapsed into one task each: {shown}{more}. "
+                f"{self.dataset_path}: duplicate rows collapsed into one task each: {shown}{more}. "
                 "Repeating a row is not how repeats are asked for: use --gym-repeats N."
             )
         )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        if isinstance(excinfo.value, DatasetError):
+        if isinstance(excinfo.value, (DatasetError, SuiteFileError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo)
+
+
+class GymSuiteFile(GymDatasetFile):
+    """A ``*.gym.yaml`` suite file: its dataset's trials, judged with the file's settings."""
+
+    def collect(self) -> Iterable[GymTrial]:
+        config = self.config
+        settings, suite = suite_settings(
+            self.path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+        )
+        self.configure(settings, Path(suite.dataset))
+        return super().collect()

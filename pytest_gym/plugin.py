@@ -10,15 +10,17 @@ import pytest
 
 from pytest_gym import hookspecs
 from pytest_gym.deployment import GymError
+from pytest_gym.gates import Gate
 from pytest_gym.gymrun import GymRun, GymServer, check_run_dir_unused, new_run_dir
-from pytest_gym.items import GymDatasetFile, GymTrial
+from pytest_gym.items import GymDatasetFile, GymSuiteFile, GymTrial
 from pytest_gym.report.junit import postprocess_junit
 from pytest_gym.report.summary import flat_properties, synthetic_reports, write_summary
 from pytest_gym.report.terminal import summary_lines
 from pytest_gym.results import TrialOutcome
 from pytest_gym.settings import GymSettings, add_options, resolve
+from pytest_gym.suitefile import is_suite_file, suite_settings
 from pytest_gym.verdict import raise_fault
-from pytest_gym.verdicts import RunResults, SuiteVerdict, parse_gates
+from pytest_gym.verdicts import RunResults, SuiteSettings, SuiteVerdict, parse_gates
 from pytest_gym.xdist import worker_slot
 
 RUN_KEY = pytest.StashKey[GymRun]()
@@ -57,7 +59,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
     config.stash[RUN_KEY] = GymRun(settings=settings, run_dir=run_dir, owner=owner, worker=worker_slot(workerinput))
     if owner:
-        results = RunResults(settings, gates)
+        results = RunResults(settings, gates, settings_for=_suite_settings(config))
         results.narrowed = bool(
             config.getoption("keyword")
             or config.getoption("markexpr")
@@ -94,16 +96,32 @@ def _add_dataset_args(config: pytest.Config, settings: GymSettings) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> GymDatasetFile | None:
+    if is_suite_file(file_path):
+        suite: GymSuiteFile = GymSuiteFile.from_parent(parent, path=file_path)
+        return suite
     run = parent.config.stash[RUN_KEY]
     if str(file_path) not in run.settings.dataset:
         return None
     collector: GymDatasetFile = GymDatasetFile.from_parent(parent, path=file_path)
-    collector.repeats = run.settings.repeats
-    collector.agent = run.settings.agent
-    collector.min_reward = run.settings.min_reward
-    collector.reward_key = run.settings.reward_key
-    collector.xfail_low = run.settings.verdict == "gate"
+    collector.configure(run.settings)
     return collector
+
+
+def _suite_settings(config: pytest.Config) -> SuiteSettings:
+    """How the owner finds each suite's settings and gates (it may not have collected: xdist)."""
+    run = config.stash[RUN_KEY]
+    cli_gates = parse_gates(run.settings.gate, "--gym-gate / gym_gate")
+
+    def settings_for(suite: str) -> tuple[GymSettings, list[Gate]]:
+        path = config.rootpath / suite
+        if not is_suite_file(path):
+            return run.settings, cli_gates
+        settings, _ = suite_settings(
+            path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+        )
+        return settings, parse_gates(settings.gate, f"suite file {path}")
+
+    return settings_for
 
 
 @pytest.fixture(scope="session")
@@ -167,6 +185,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     config.stash[VERDICTS_KEY] = verdicts
     write_summary(run, verdicts)
     failed = False
+    session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
     for verdict in verdicts:
         config.hook.pytest_gym_suite_result(suite=verdict.suite, metrics=verdict.metrics())
         for report in synthetic_reports(verdict):

@@ -8,6 +8,7 @@ trial carries: one code path, so the numbers are the same with and without xdist
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,10 +86,15 @@ class SuiteVerdict:
         return data
 
 
+SuiteSettings = Callable[[str], tuple[GymSettings, list[Gate]]]
+"""suite name (the path part of its node ids) -> the settings and gates it is judged with."""
+
+
 @dataclass
 class RunResults:
     settings: GymSettings
     gates: list[Gate]
+    settings_for: SuiteSettings | None = None
     trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
     narrowed: bool = False
 
@@ -126,15 +132,16 @@ class RunResults:
                 else:
                     rewards.setdefault(r.task_hash, [])
                     errors[r.task_hash] += 1
-            stats = suite_stats(rewards, self.settings.min_reward, errors)
-            verdict = SuiteVerdict(suite, stats, [evaluate(g, stats) for g in self.gates])
+            settings, gates = self.settings_for(suite) if self.settings_for else (self.settings, self.gates)
+            stats = suite_stats(rewards, settings.min_reward, errors)
+            verdict = SuiteVerdict(suite, stats, [evaluate(g, stats) for g in gates])
             verdict.narrowed = self.narrowed
-            self._baseline(verdict, lines)
+            self._baseline(verdict, lines, settings)
             verdicts.append(verdict)
         return verdicts
 
-    def _baseline_settings(self) -> dict[str, Any]:
-        s = self.settings
+    @staticmethod
+    def _baseline_settings(s: GymSettings) -> dict[str, Any]:
         return {
             "repeats": s.repeats,
             "min_reward": s.min_reward,
@@ -143,12 +150,12 @@ class RunResults:
             "reward_key": s.reward_key,
         }
 
-    def _baseline(self, verdict: SuiteVerdict, lines: dict[str, int]) -> None:
-        path = self.settings.baseline
+    def _baseline(self, verdict: SuiteVerdict, lines: dict[str, int], settings: GymSettings) -> None:
+        path = settings.baseline
         if not path:
             return
-        if self.settings.update_baseline:
-            write_baseline(path, baseline_from(verdict.stats, self._baseline_settings(), lines))
+        if settings.update_baseline:
+            write_baseline(path, baseline_from(verdict.stats, self._baseline_settings(settings), lines))
             verdict.baseline_note = f"baseline written to {path}"
             return
         try:
@@ -159,4 +166,4 @@ class RunResults:
         if stored is None:
             verdict.baseline_note = f"no baseline at {path}: create it with --gym-update-baseline"
             return
-        verdict.comparison = compare(stored, verdict.stats, self.settings.max_regression, self._baseline_settings())
+        verdict.comparison = compare(stored, verdict.stats, settings.max_regression, self._baseline_settings(settings))

@@ -1,0 +1,107 @@
+"""Suite files (``*.gym.yaml``): a dataset plus the settings it is judged with, collected like tests.
+
+Read with OmegaConf (so ``${oc.env:VAR}`` works) and validated by a pydantic model;
+every error names the file and the key. Command-line options override the file,
+the file overrides the ini file: the one lookup order of :mod:`pytest_gym.settings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pytest_gym.gates import GateSyntaxError, parse_gate
+from pytest_gym.settings import GymSettings, resolve
+
+SUFFIX = ".gym.yaml"
+
+
+class SuiteFileError(Exception):
+    """A suite file that cannot be used; the message names the file, the key and the fix."""
+
+
+class SuiteFile(BaseModel):
+    """What a suite file may say (names as in the ini file, without the ``gym_`` prefix)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = Field(min_length=1)
+    agent: str | None = None
+    repeats: int | None = Field(None, ge=1)
+    min_reward: float | None = None
+    gates: list[str] = Field(default_factory=list)
+    baseline: str | None = None
+    max_regression: float | None = Field(None, ge=0)
+    reward_key: str | None = None
+    verdict: str | None = None
+
+
+def is_suite_file(path: Path) -> bool:
+    return path.name.endswith(SUFFIX)
+
+
+def load_suite_file(path: Path) -> SuiteFile:
+    try:
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+    except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as exc:
+        detail = " ".join(str(exc).split())
+        raise SuiteFileError(f"{path}: cannot read the suite file: {detail}") from None
+    if not isinstance(raw, dict):
+        raise SuiteFileError(f"{path}: a suite file is a mapping of settings, such as 'dataset: data/x.jsonl'")
+    try:
+        return SuiteFile.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"key {'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+        )
+        known = ", ".join(SuiteFile.model_fields)
+        raise SuiteFileError(f"{path}: {problems} (keys a suite file may hold: {known})") from None
+
+
+def suite_settings(
+    path: Path,
+    getoption: Callable[[str], Any],
+    getini: Callable[[str], Any],
+    cli_base: Path,
+    ini_base: Path,
+) -> tuple[GymSettings, SuiteFile]:
+    """The settings one suite runs with: command line, then this file, then ini, then defaults."""
+    suite = load_suite_file(path)
+    where = f"suite file {path}"
+    base = path.parent
+    overrides: dict[str, tuple[Any, str, Path]] = {}
+    for key, name in (
+        ("agent", "agent"),
+        ("repeats", "repeats"),
+        ("min_reward", "min_reward"),
+        ("baseline", "baseline"),
+        ("max_regression", "max_regression"),
+        ("reward_key", "reward_key"),
+        ("verdict", "verdict"),
+    ):
+        value = getattr(suite, key)
+        if value is not None:
+            overrides[name] = (value, f"{where} (key {key})", base)
+    if suite.gates:
+        overrides["gate"] = (suite.gates, f"{where} (key gates)", base)
+    try:
+        settings = resolve(getoption, getini, cli_base=cli_base, ini_base=ini_base, overrides=overrides)
+    except Exception as exc:  # a UsageError from resolve: same message, but about this file
+        raise SuiteFileError(str(exc).removeprefix("pytest-gym: ")) from None
+    for text in settings.gate:
+        try:
+            parse_gate(text)
+        except GateSyntaxError as exc:
+            raise SuiteFileError(f"{path}: bad gate from suite file {path} (key gates): {exc}") from None
+    dataset = Path(suite.dataset)
+    if not dataset.is_absolute():
+        dataset = base / dataset
+    if not dataset.is_file():
+        raise SuiteFileError(f"{path}: key dataset: {dataset} does not exist (relative paths are from the suite file)")
+    return settings, suite.model_copy(update={"dataset": str(dataset)})
