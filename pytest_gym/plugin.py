@@ -14,6 +14,7 @@ from pytest_gym.gates import Gate
 from pytest_gym.gymrun import GymRun, GymServer, check_run_dir_unused, new_run_dir
 from pytest_gym.items import GymDatasetFile, GymSuiteFile, GymTrial
 from pytest_gym.report.junit import postprocess_junit
+from pytest_gym.report.progress import OwnerReporting, XdistTotal
 from pytest_gym.report.summary import flat_properties, synthetic_reports, write_summary
 from pytest_gym.report.terminal import summary_lines
 from pytest_gym.results import TrialOutcome
@@ -67,7 +68,10 @@ def pytest_configure(config: pytest.Config) -> None:
             or config.getoption("lf", False)
         )
         config.stash[RESULTS_KEY] = results
-        config.pluginmanager.register(_ResultsCollector(results), "pytest-gym-results")
+        reporting = OwnerReporting(config, results, interval_s=settings.progress_interval)
+        config.pluginmanager.register(reporting, "pytest-gym-results")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(XdistTotal(reporting), "pytest-gym-xdist-total")
     config.pluginmanager.register(_JunitAfterWrite(), "pytest-gym-junit")
     config.pluginmanager.register(_Finisher(), "pytest-gym-finisher")
     if config.pluginmanager.hasplugin("xdist"):
@@ -159,16 +163,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     session = item.session
     if session.shouldstop or session.shouldfail:
         item.config.stash[RUN_KEY].stop_dispatch()
-
-
-class _ResultsCollector:
-    """Feeds every test report to the run's results (on the owner: xdist reports arrive there too)."""
-
-    def __init__(self, results: RunResults) -> None:
-        self.results = results
-
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.results.add_report(report)
 
 
 @pytest.hookimpl(tryfirst=True)

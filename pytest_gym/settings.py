@@ -104,6 +104,7 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("reward_key", "field of Gym's answer that holds the reward (default reward)", metavar="KEY"),
     Spec("min_reward", "a trial passes when its reward is at least this (default 1.0)", "float", "X"),
+    Spec("progress_interval", "seconds between progress lines on long runs (default 10; -q hides them)", "float", "S"),
     Spec(
         "gate",
         "suite gate '<metric> <op> <number>'; metrics: mean_reward, pass@K, pass^K, error_rate, "
@@ -165,6 +166,7 @@ class GymSettings(BaseModel):
     concurrency: int = Field(8, ge=1, le=100_000)
     reward_key: str = Field("reward", min_length=1)
     min_reward: float = 1.0
+    progress_interval: float = Field(10.0, gt=0)
     gate: tuple[str, ...] = ()
     verdict: Literal["trial", "gate"] = "trial"
     baseline: str | None = None

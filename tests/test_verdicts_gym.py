@@ -200,3 +200,33 @@ def test_junit_keeps_error_for_infrastructure_faults(pytester: pytest.Pytester, 
     xml = (pytester.path / "r.xml").read_text()
     assert xml.count("<error ") == 5
     assert "<properties>" not in xml.split("<testcase", 1)[1]
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")])
+def test_trial_result_hook_runs_once_per_trial_on_the_owner(
+    pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
+) -> None:
+    pytester.makeconftest(
+        """
+        import json, os
+        def pytest_gym_trial_result(trial, result):
+            if os.environ.get("PYTEST_XDIST_WORKER"):
+                raise AssertionError("trial results are for the owner process")
+            with open("trials.jsonl", "a") as fh:
+                fh.write(json.dumps([result.nodeid, result.reward, result.error_class]) + "\\n")
+        """
+    )
+    pytester.runpytest(*attach(gym), "--gym-repeats", "2", *xdist)
+    seen = [json.loads(line) for line in (pytester.path / "trials.jsonl").read_text().splitlines()]
+    assert len(seen) == 10
+    assert len({nodeid for nodeid, _, _ in seen}) == 10
+    assert sorted(reward for _, reward, _ in seen) == [0.0] * 6 + [1.0] * 4
+
+
+def test_progress_lines_show_done_total_errors_and_mean(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+    result = pytester.runpytest(*attach(gym), "--gym-repeats", "2", "--gym-progress-interval", "0.000001")
+    result.stdout.fnmatch_lines(
+        ["pytest-gym: 1/10 trials done, 0 errors, mean reward *", "pytest-gym: 10/10 trials done*"]
+    )
+    quiet = pytester.runpytest(*attach(gym), "--gym-progress-interval", "0.000001", "-q")
+    assert "trials done" not in quiet.stdout.str()
