@@ -1,0 +1,122 @@
+"""Telling a result from a fault in Gym's answer to /run, over real HTTP to a local server."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from pytest_gym.client import MAX_BODY_BYTES, TrialFault, parse_answer, post_run
+
+URL = "http://gym/run"
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error_class", "message"),
+    [
+        (500, b"boom", "http_status", "HTTP 500 from http://gym/run: boom"),
+        (429, b"", "http_status", "HTTP 429"),
+        (200, b"<html>", "bad_body", "is not JSON"),
+        (200, b"[1, 2]", "bad_body", "is a list, not an object"),
+        (200, b'{"score": 1}', "no_reward", "has no 'reward' field (see --gym-reward-key); its fields: score"),
+        (200, b'{"reward": "1.0"}', "bad_reward", "is '1.0', not a finite number"),
+        (200, b'{"reward": NaN}', "bad_reward", "is nan, not a finite number"),
+        (200, b'{"reward": Infinity}', "bad_reward", "is inf, not a finite number"),
+        (200, b'{"reward": true}', "bad_reward", "is True, not a finite number"),
+        (200, b'{"reward": null}', "bad_reward", "is None, not a finite number"),
+    ],
+)
+def test_faults_are_classified_with_a_message(status: int, body: bytes, error_class: str, message: str) -> None:
+    with pytest.raises(TrialFault) as excinfo:
+        parse_answer(status, body, URL, "reward")
+    assert excinfo.value.error_class == error_class
+    assert message in excinfo.value.message
+
+
+def test_a_reward_is_a_result() -> None:
+    answer, reward = parse_answer(200, b'{"reward": 1, "extracted_answer": "B"}', URL, "reward")
+    assert reward == 1.0
+    assert answer["extracted_answer"] == "B"
+    assert not math.isnan(reward)
+
+
+def test_error_bodies_never_echo_the_policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GYM_POLICY_API_KEY", "sk-marker-123456")
+    with pytest.raises(TrialFault) as excinfo:
+        parse_answer(401, b"bad key sk-marker-123456 (Bearer sk-marker-123456)", URL, "reward")
+    assert "sk-marker-123456" not in excinfo.value.message
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    size = 0
+
+    def log_message(self, *args: object) -> None:
+        """Quiet."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        chunk = b" " * (1024 * 1024)
+        self.send_response(200)
+        self.send_header("Content-Length", str(self.size))
+        self.end_headers()
+        sent = 0
+        try:
+            while sent < self.size:
+                part = chunk[: self.size - sent]
+                self.wfile.write(part)
+                sent += len(part)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, type[_Handler]]]:
+    handler = type("Handler", (_Handler,), {})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/run", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def _post(url: str, timeout: float = 10.0) -> tuple[dict[str, object], float, float]:
+    async def go() -> tuple[dict[str, object], float, float]:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return await post_run(client, url, {"responses_create_params": {}}, timeout, "reward")
+
+    return asyncio.run(go())
+
+
+def test_a_50_mb_answer_is_refused_without_reading_it_all(server: tuple[str, type[_Handler]]) -> None:
+    url, handler = server
+    handler.size = 50 * 1024 * 1024
+    with pytest.raises(TrialFault) as excinfo:
+        _post(url)
+    assert excinfo.value.error_class == "bad_body"
+    assert f"exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB" in excinfo.value.message
+
+
+def test_connection_refused_is_a_connection_fault() -> None:
+    from pytest_gym.deployment import free_port
+
+    with pytest.raises(TrialFault) as excinfo:
+        _post(f"http://127.0.0.1:{free_port()}/run")
+    assert excinfo.value.error_class == "connection"
+    assert "cannot reach" in excinfo.value.message
+
+
+def test_body_must_be_json_object_even_if_small(server: tuple[str, type[_Handler]]) -> None:
+    url, handler = server
+    handler.size = 10
+    with pytest.raises(TrialFault) as excinfo:
+        _post(url)
+    assert excinfo.value.error_class == "bad_body"
