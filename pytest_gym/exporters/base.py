@@ -1,0 +1,400 @@
+"""Exporters: named plugins that send a finished run where people already look.
+
+An exporter is a class with a ``name``, a pydantic ``Settings`` model and an
+``export(run)`` method. Settings are validated when pytest starts
+(:func:`configure_exporters`), so a misconfigured export fails before any
+rollout is paid for; exports run once at the end (:func:`run_exports`) and
+report their outcome instead of raising, so one broken tracking server never
+hides the test results.
+
+Third parties register an exporter class through the ``pytest_gym.exporters``
+entry-point group, or return it from a ``conftest.py`` hook (the ``extra``
+argument of :func:`available_exporters`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import json
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from pytest_gym.secrets import _SECRET_NAME, known_secrets, mask_mapping, mask_secrets
+
+ENTRY_POINT_GROUP = "pytest_gym.exporters"
+SUMMARY_FILE = "pytest_gym_summary.json"  # the name pytest_gym.report.summary writes
+_ENV_KEY = "pytest_gym_env"
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^@/\s]+@")
+
+
+def mask_text(text: str) -> str:
+    """:func:`mask_secrets` plus passwords in URLs (``scheme://user:***@host``), which no env var names."""
+    return _URL_PASSWORD.sub(r"\1***@", mask_secrets(text))
+
+
+def mask_data(data: Any) -> Any:
+    """:func:`mask_mapping` (secret-named keys, known secret values) plus passwords in URLs, for whatever is written."""
+    data = mask_mapping(data)
+    if isinstance(data, dict):
+        return {key: mask_data(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [mask_data(item) for item in data]
+    return _URL_PASSWORD.sub(r"\1***@", data) if isinstance(data, str) else data
+
+
+@dataclass(frozen=True)
+class ExportRun:
+    """Everything an exporter may send about one finished run.
+
+    ``settings`` is already masked by the caller; exporters still pass what they
+    write through :func:`pytest_gym.secrets.mask_mapping`, because a leaked key
+    cannot be taken back.
+    """
+
+    run_id: str
+    run_dir: Path
+    summary: dict[str, Any]
+    settings: dict[str, Any]
+    artifacts: list[Path] = field(default_factory=list)
+    exit_status: int = 0
+
+    @classmethod
+    def from_run_dir(
+        cls,
+        run_dir: Path,
+        settings: Mapping[str, Any],
+        exit_status: int,
+        artifacts: Sequence[Path] | None = None,
+    ) -> ExportRun:
+        """Build the run from its folder: the summary from ``pytest_gym_summary.json`` and,
+        unless given, every file in the folder as an artifact (half-written ``*.tmp`` left out)."""
+        summary_path = run_dir / SUMMARY_FILE
+        summary: dict[str, Any] = (
+            json.loads(summary_path.read_text(encoding="utf-8"))
+            if summary_path.exists()
+            else {"run_dir": str(run_dir), "suites": {}}
+        )
+        if artifacts is None:
+            artifacts = sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.endswith(".tmp"))
+        return cls(
+            run_id=run_dir.name,
+            run_dir=run_dir,
+            summary=summary,
+            settings=mask_data(dict(settings)),
+            artifacts=list(artifacts),
+            exit_status=int(exit_status),
+        )
+
+
+@dataclass
+class ExportResult:
+    """What one export did. ``skipped``: already exported (or nothing to export to);
+    ``failed``: an expected failure, reported rather than raised."""
+
+    status: Literal["succeeded", "skipped", "failed"]
+    message: str
+    location: str | None = None
+
+
+class ExportSettings(BaseModel):
+    """Base for exporter settings: unknown keys are errors, so a typo is never ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Exporter(ABC):
+    """A named exporter. Subclasses set ``name`` and ``Settings`` and implement ``export``.
+
+    ``export`` must not raise for expected failures (unreachable server, missing
+    optional dependency): return a ``failed`` result with the fix instead.
+    Exporting the same run twice must be harmless: return ``skipped``.
+    """
+
+    name: ClassVar[str]
+    Settings: ClassVar[type[BaseModel]] = ExportSettings
+
+    def __init__(self, settings: BaseModel) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def export(self, run: ExportRun) -> ExportResult: ...
+
+
+def env_setting(var: str, description: str, default: Any = None) -> Any:
+    """A settings field read only from the environment variable ``var``.
+
+    Use it for credentials: :func:`configure_exporters` fills it from ``$var``
+    and refuses it on the command line, where it would land in shell history,
+    CI logs and process listings.
+    """
+    return Field(
+        default, description=f"{description} (from ${var}, never the command line)", json_schema_extra={_ENV_KEY: var}
+    )
+
+
+def _env_var(info: Any) -> str | None:
+    extra = info.json_schema_extra
+    return extra.get(_ENV_KEY) if isinstance(extra, dict) else None
+
+
+class ExportConfigError(ValueError):
+    """Every problem with the export options at once, each with its fix."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        listing = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"pytest-gym exports are misconfigured ({len(self.problems)} problem(s)):\n{listing}")
+
+
+class ExporterRegistry(dict[str, type[Exporter]]):
+    """Exporter classes by name, plus ``broken``: names whose class could not be loaded -> why.
+
+    A broken third-party package is reported only when its exporter is selected,
+    so it never breaks runs that do not use it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken: dict[str, str] = {}
+
+
+def plugin_version() -> str:
+    """The installed pytest-gym version, recorded with every export so readers know what wrote it."""
+    try:
+        return importlib.metadata.version("pytest-gym")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _builtin_exporters() -> list[type[Exporter]]:
+    from pytest_gym.exporters.github import GithubExporter
+    from pytest_gym.exporters.mlflow import MlflowExporter
+    from pytest_gym.exporters.summary import SummaryExporter
+
+    return [SummaryExporter, MlflowExporter, GithubExporter]
+
+
+def _class_problem(obj: Any) -> str | None:
+    if not isinstance(obj, type):
+        return f"{obj!r} is not a class"
+    name = getattr(obj, "name", None)
+    if not isinstance(name, str) or not name:
+        return f"{obj.__qualname__} has no `name` string"
+    settings = getattr(obj, "Settings", None)
+    if not (isinstance(settings, type) and issubclass(settings, BaseModel)):
+        return f"{obj.__qualname__}.Settings is not a pydantic model"
+    if not callable(getattr(obj, "export", None)):
+        return f"{obj.__qualname__} has no export(run) method"
+    return None
+
+
+def _origin(cls: type[Any]) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def available_exporters(
+    entry_point_group: str = ENTRY_POINT_GROUP, extra: Iterable[type[Exporter]] = ()
+) -> ExporterRegistry:
+    """Built-ins, then entry points of ``entry_point_group``, then ``extra`` (classes from a conftest hook).
+
+    Two different classes claiming one name make that name broken rather than
+    silently letting one win: which one runs must never depend on install order.
+    """
+    registry = ExporterRegistry()
+
+    def add(obj: Any, where: str) -> None:
+        problem = _class_problem(obj)
+        if problem is not None:
+            registry.broken[where] = f"{where}: {problem}"
+            return
+        name = obj.name
+        if name in registry.broken:
+            registry.broken[name] += f"; also defined by {_origin(obj)}"
+        elif name in registry and registry[name] is not obj:
+            registry.broken[name] = (
+                f"exporter name {name!r} is defined twice, by {_origin(registry.pop(name))} and {_origin(obj)}; "
+                "uninstall one of them or rename it"
+            )
+        else:
+            registry[name] = obj
+
+    for cls in _builtin_exporters():
+        add(cls, cls.name)
+    for ep in importlib.metadata.entry_points(group=entry_point_group):
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            registry.broken[ep.name] = (
+                f"exporter {ep.name!r} could not be loaded from entry point {ep.value!r}: "
+                f"{type(exc).__name__}: {mask_text(str(exc))}; fix or uninstall the package that provides it"
+            )
+            continue
+        if isinstance(obj, type) and getattr(obj, "name", ep.name) != ep.name:
+            registry.broken[ep.name] = (
+                f"entry point {ep.name!r} ({ep.value}) names a class whose name is {getattr(obj, 'name', None)!r}; "
+                "they must match"
+            )
+            continue
+        add(obj, ep.name)
+    for cls in extra:
+        add(cls, getattr(cls, "name", None) or repr(cls))
+    return registry
+
+
+def _describe_settings(exporter: str, model: type[BaseModel]) -> str:
+    parts = []
+    for key, info in model.model_fields.items():
+        env = _env_var(info)
+        how = f"from ${env}" if env else ("required" if info.is_required() else f"default {info.default!r}")
+        parts.append(f"{key} ({how})")
+    return f"{exporter} settings: {', '.join(parts)}" if parts else f"{exporter} takes no settings"
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def configure_exporters(
+    names: Sequence[str], options: Sequence[str], available: Mapping[str, type[Exporter]]
+) -> list[Exporter]:
+    """Instantiate the selected exporters from ``NAME.KEY=VALUE`` options, or raise
+    :class:`ExportConfigError` listing every problem (not just the first)."""
+    broken: dict[str, str] = getattr(available, "broken", {})
+    listing = ", ".join(sorted(available)) or "none"
+    problems: list[str] = []
+    selected: list[str] = []
+    for name in names:
+        if name in selected:
+            continue
+        if name in broken:
+            problems.append(broken[name])
+        elif name not in available:
+            problems.append(f"--gym-export {name}: unknown exporter{_suggest(name, available)}; available: {listing}")
+        else:
+            selected.append(name)
+
+    values: dict[str, dict[str, str]] = {}
+    for option in options:
+        head, sep, value = option.partition("=")
+        name, dot, key = head.partition(".")
+        shown = f"--gym-export-opt {head}=..." if sep else f"--gym-export-opt {option}"
+        if not (sep and dot and name and key):
+            problems.append(f"{shown}: expected NAME.KEY=VALUE, e.g. --gym-export-opt summary.dir=reports/gym")
+            continue
+        if name not in available and name not in broken:
+            problems.append(f"{shown}: unknown exporter {name!r}{_suggest(name, available)}; available: {listing}")
+            continue
+        if name not in names:
+            problems.append(f"{shown}: exporter {name!r} is not selected; add --gym-export {name} or drop the option")
+            continue
+        if name not in selected:  # broken: reported with its cause above
+            continue
+        model = available[name].Settings
+        info = model.model_fields.get(key)
+        if info is not None and _env_var(info):
+            problems.append(
+                f"{shown}: {name}.{key} holds a credential and is read only from ${_env_var(info)}; "
+                "set that variable instead of passing it on the command line"
+            )
+            continue
+        if info is None and _SECRET_NAME.search(key):
+            problems.append(
+                f"{shown}: credentials are never taken from the command line; "
+                "set them in the environment variable the exporter documents"
+            )
+            continue
+        if info is None:
+            problems.append(
+                f"{shown}: {name} has no setting {key!r}{_suggest(key, model.model_fields)}; "
+                f"{_describe_settings(name, model)}"
+            )
+            continue
+        earlier = values.setdefault(name, {}).get(key)
+        if earlier is not None and earlier != value:
+            problems.append(f"{shown}: {name}.{key} is given twice with different values; keep one")
+            continue
+        values[name][key] = value
+
+    exporters: list[Exporter] = []
+    for name in selected:
+        cls = available[name]
+        data: dict[str, Any] = dict(values.get(name, {}))
+        for key, info in cls.Settings.model_fields.items():
+            env = _env_var(info)
+            if env and os.environ.get(env):
+                data[key] = os.environ[env]
+        try:
+            settings = cls.Settings.model_validate(data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                key = str(err["loc"][0]) if err["loc"] else ""
+                info = cls.Settings.model_fields.get(key)
+                env = _env_var(info) if info is not None else None
+                if err["type"] == "missing":
+                    fix = f"set ${env}" if env else f"add --gym-export-opt {name}.{key}=VALUE"
+                    desc = f" ({info.description})" if info is not None and info.description else ""
+                    problems.append(f"{name}.{key} is required{desc}: {fix}")
+                elif env:
+                    problems.append(f"{name}.{key} from ${env} is invalid: {err['msg']}")
+                elif key:
+                    problems.append(f"--gym-export-opt {name}.{key}=...: bad value {data.get(key)!r}: {err['msg']}")
+                else:
+                    problems.append(f"{name} settings: {err['msg']}")
+            continue
+        try:
+            exporters.append(cls(settings))
+        except Exception as exc:
+            problems.append(f"exporter {name!r} could not start: {type(exc).__name__}: {exc}")
+    if problems:
+        raise ExportConfigError([mask_text(p) for p in problems])
+    return exporters
+
+
+def run_exports(exporters: Sequence[Exporter], run: ExportRun) -> list[tuple[str, ExportResult]]:
+    """Run every exporter; an exception becomes a ``failed`` result, so one export never stops the others."""
+    results: list[tuple[str, ExportResult]] = []
+    for exporter in exporters:
+        try:
+            result = exporter.export(run)
+            if not isinstance(result, ExportResult):
+                result = ExportResult("failed", f"export() returned {type(result).__name__}, not an ExportResult")
+        except Exception as exc:
+            result = ExportResult("failed", f"{type(exc).__name__}: {exc}")
+        result.message = mask_text(result.message)
+        if result.location is not None:
+            result.location = mask_text(result.location)
+        results.append((exporter.name, result))
+    return results
+
+
+def masked_artifact(path: Path, staging: Path) -> Path:
+    """``path`` itself, or a masked copy in ``staging`` when the file holds a known secret.
+
+    Run-folder files come from Gym and policies that may echo a key back; an
+    exporter that uploads files checks them here first.
+    """
+    secrets = [s.encode() for s in known_secrets()]
+    if not secrets:
+        return path
+    data = path.read_bytes()
+    if not any(s in data for s in secrets):
+        return path
+    for s in secrets:
+        data = data.replace(s, b"***")
+    copy = staging / path.name
+    n = 1
+    while copy.exists():
+        copy = staging / f"{n}" / path.name
+        n += 1
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_bytes(data)
+    return copy
