@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_gym.exporters import Exporter, ExportRun
     from pytest_gym.results import TrialOutcome
 
 
@@ -47,8 +48,24 @@ def pytest_gym_suite_result(suite: str, metrics: dict[str, Any]) -> None:
     """
 
 
-def pytest_gym_export(run: Any, config: pytest.Config) -> Any:
+def pytest_gym_export(run: ExportRun, config: pytest.Config) -> Any:
     """Export a finished run. Every implementation runs (not firstresult).
+
+    ``run`` carries the run folder, its summary (suite metrics, gates, baseline), the
+    masked settings, the artifact files and the exit status. Return an
+    ``ExportResult`` or a list of ``(name, ExportResult)`` to have the outcome shown in
+    the terminal summary; a ``failed`` result makes the run exit non-zero unless
+    ``--gym-export-soft``. The built-in exporters (``--gym-export NAME``) run here too.
 
     .. versionadded:: 0.1
     """
+
+
+def pytest_gym_exporters() -> list[type[Exporter]]:
+    """Offer exporter classes (``pytest_gym.exporters.Exporter``) for ``--gym-export NAME``.
+
+    Exporters can also be registered through the ``pytest_gym.exporters`` entry-point group.
+
+    .. versionadded:: 0.1
+    """
+    return []

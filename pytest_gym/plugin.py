@@ -10,9 +10,11 @@ import pytest
 
 from pytest_gym import hookspecs
 from pytest_gym.deployment import GymError
+from pytest_gym.exporters import ExportResult
 from pytest_gym.gates import Gate
 from pytest_gym.gymrun import GymRun, GymServer, check_run_dir_unused, new_run_dir
 from pytest_gym.items import GymDatasetFile, GymSuiteFile, GymTrial
+from pytest_gym.report.exports import BuiltinExports, configured_exporters, export_run
 from pytest_gym.report.junit import postprocess_junit
 from pytest_gym.report.progress import OwnerReporting, XdistTotal
 from pytest_gym.report.summary import flat_properties, synthetic_reports, write_summary
@@ -27,6 +29,7 @@ from pytest_gym.xdist import worker_slot
 RUN_KEY = pytest.StashKey[GymRun]()
 RESULTS_KEY = pytest.StashKey[RunResults]()
 VERDICTS_KEY = pytest.StashKey[list[SuiteVerdict]]()
+EXPORTS_KEY = pytest.StashKey[list[tuple[str, ExportResult]]]()
 WORKER_RUN_DIR = "pytest_gym_run_dir"
 
 
@@ -68,10 +71,15 @@ def pytest_configure(config: pytest.Config) -> None:
             or config.getoption("lf", False)
         )
         config.stash[RESULTS_KEY] = results
+        exporters = configured_exporters(config, settings)
+        if exporters:
+            config.pluginmanager.register(BuiltinExports(exporters), "pytest-gym-exports")
         reporting = OwnerReporting(config, results, interval_s=settings.progress_interval)
         config.pluginmanager.register(reporting, "pytest-gym-results")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistTotal(reporting), "pytest-gym-xdist-total")
+    if owner:  # registered first: among trylast implementations pluggy calls the latest registered first
+        config.pluginmanager.register(_Exports(), "pytest-gym-export-runner")
     config.pluginmanager.register(_JunitAfterWrite(), "pytest-gym-junit")
     config.pluginmanager.register(_Finisher(), "pytest-gym-finisher")
     if config.pluginmanager.hasplugin("xdist"):
@@ -205,6 +213,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Genera
         terminalreporter.write_line(f"run folder: {run.run_dir}")
         for note in run.notes:
             terminalreporter.write_line(f"note: {note}")
+        for name, outcome in config.stash.get(EXPORTS_KEY, []):
+            where = f" [{outcome.location}]" if outcome.location else ""
+            terminalreporter.write_line(f"export {name}: {outcome.status} - {outcome.message}{where}")
     return result
 
 
@@ -223,6 +234,22 @@ class _JunitAfterWrite:
             return
         suites = {v.suite: flat_properties(v) for v in verdicts or []}
         postprocess_junit(path, suites, xsd_strict=True, keep_errors=True)
+
+
+class _Exports:
+    """Run the exports last, when the JUnit file, the summary and the exit status are final."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        config = session.config
+        run = config.stash[RUN_KEY]
+        if config.stash.get(VERDICTS_KEY, None) is None:
+            return
+        outcomes = export_run(config, run.run_dir, run.settings, int(session.exitstatus))
+        config.stash[EXPORTS_KEY] = outcomes
+        failed = any(result.status == "failed" for _, result in outcomes)
+        if failed and not run.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class _Finisher:

@@ -128,6 +128,14 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "max_regression", "a significant drop of mean reward larger than this fails the run (default 0.0)", "float", "X"
     ),
+    Spec("export", "exporter to run at the end (summary, mlflow, github, or a plugin's); repeatable", "list", "NAME"),
+    Spec(
+        "export_opt",
+        "exporter setting NAME.KEY=VALUE (credentials come from the environment); repeatable",
+        "list",
+        "NAME.KEY=VALUE",
+    ),
+    Spec("export_soft", "a failed export is reported but does not fail the run", "flag"),
     Spec(
         "summary",
         "write the run summary (suite metrics, gates, baseline) as JSON here as well",
@@ -173,6 +181,9 @@ class GymSettings(BaseModel):
     update_baseline: bool = False
     max_regression: float = Field(0.0, ge=0.0)
     summary: str | None = None
+    export: tuple[str, ...] = ()
+    export_opt: tuple[str, ...] = ()
+    export_soft: bool = False
 
     @property
     def starts_gym(self) -> bool:

@@ -230,3 +230,50 @@ def test_progress_lines_show_done_total_errors_and_mean(pytester: pytest.Pyteste
     )
     quiet = pytester.runpytest(*attach(gym), "--gym-progress-interval", "0.000001", "-q")
     assert "trials done" not in quiet.stdout.str()
+
+
+def test_exports_run_once_at_the_end_and_a_failure_fails_the_run(
+    pytester: pytest.Pytester, example: Path, gym: RealGym, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = pytester.path / "github.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    pytester.makeconftest(
+        """
+        from pytest_gym.exporters import ExportResult
+        def pytest_gym_export(run, config):
+            return [("mine", ExportResult("failed", f"could not reach tracker for {run.run_id}"))]
+        """
+    )
+    args = (
+        *attach(gym),
+        "--gym-min-reward",
+        "0",
+        "--gym-export",
+        "summary",
+        "--gym-export-opt",
+        "summary.dir=out",
+        "--gym-export",
+        "github",
+        "-n",
+        "2",
+    )
+    failed = pytester.runpytest(*args)
+    failed.assert_outcomes(passed=5)
+    assert failed.ret == pytest.ExitCode.TESTS_FAILED
+    failed.stdout.fnmatch_lines(
+        ["export summary: succeeded*", "export github: succeeded*", "export mine: failed - could not reach tracker*"]
+    )
+    (written,) = (pytester.path / "out").glob("*.json")
+    assert json.loads(written.read_text())["suites"]["example.jsonl"]["mean_reward"] == pytest.approx(0.4)
+    assert summary.read_text().count("example.jsonl") >= 1
+    soft = pytester.runpytest(*args, "--gym-export-soft")
+    assert soft.ret == pytest.ExitCode.OK
+
+
+def test_bad_export_settings_fail_before_any_rollout(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+    result = pytester.runpytest(
+        *attach(gym), "--gym-export", "summary", "--gym-export", "nope", "--gym-export-opt", "summary.colour=red"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*nope*", "*colour*"])
+    assert gym.policy_calls() == 0
