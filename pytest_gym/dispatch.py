@@ -23,17 +23,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from pytest_gym.client import TrialFault, build_request, post_run, token_usage
+from pytest_gym.client import MAX_BODY_BYTES, TrialFault, build_request, parse_answer, token_usage
 from pytest_gym.dataset import DatasetError
 from pytest_gym.deployment import GymEndpoint, GymError
+from pytest_gym.fasthttp import BodyTooLarge, HTTPPool, ProtocolError
 from pytest_gym.results import TrialOutcome, TrialSpec
+from pytest_gym.secrets import mask_secrets
 
 if TYPE_CHECKING:
     from pytest_gym.xdist import ClaimBoard
@@ -113,7 +114,7 @@ class Dispatcher:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
         self._thread.start()
-        self._client: httpx.AsyncClient | None = None
+        self._http = HTTPPool()
         self._slots = _Slots(self.concurrency)
         self._progress: asyncio.Event | None = None
         self._feeder: concurrent.futures.Future[None] | None = None
@@ -121,8 +122,6 @@ class Dispatcher:
         asyncio.run_coroutine_threadsafe(self._init(), self._loop).result()
 
     async def _init(self) -> None:
-        limits = httpx.Limits(max_connections=self.concurrency + 4, max_keepalive_connections=self.concurrency + 4)
-        self._client = httpx.AsyncClient(limits=limits, trust_env=False, timeout=self.trial_timeout)
         self._progress = asyncio.Event()
 
     # -- called from pytest's thread -------------------------------------------------
@@ -337,7 +336,10 @@ class Dispatcher:
 
     async def _run(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome]) -> None:
         try:
-            outcome = await self._rollout(spec)
+            try:
+                outcome = await self._rollout(spec)
+            except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
+                outcome = self._fault(spec, "internal", f"pytest-gym failed to run this trial: {exc!r}")
         except asyncio.CancelledError:
             self._slots.release()
             if self.board is not None:
@@ -375,8 +377,35 @@ class Dispatcher:
             agent=spec.agent,
         )
 
+    async def _post(self, url: str, body: dict[str, Any], reward_key: str) -> tuple[dict[str, Any], float, float]:
+        """One rollout over the keep-alive pool: (answer, reward, latency), or TrialFault."""
+        started = time.perf_counter()
+        try:
+            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise TrialFault("setup", f"the row cannot be sent as JSON: {exc}") from None
+        try:
+            status, data = await asyncio.wait_for(self._http.post(url, payload, MAX_BODY_BYTES), self.trial_timeout)
+        except asyncio.TimeoutError:
+            raise TrialFault(
+                "timeout", f"no answer from {url} within {self.trial_timeout:g} s (--gym-trial-timeout)"
+            ) from None
+        except BodyTooLarge as exc:
+            raise TrialFault(
+                "bad_body",
+                f"Gym's answer from {url} exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB; refusing to read it",
+                exc.status,
+            ) from None
+        except asyncio.IncompleteReadError:
+            raise TrialFault("connection", f"cannot reach {url}: the server closed the connection mid-answer") from None
+        except (OSError, ProtocolError) as exc:
+            raise TrialFault(
+                "connection", f"cannot reach {url}: {type(exc).__name__}: {mask_secrets(str(exc))}"
+            ) from None
+        answer, reward = parse_answer(status, data, url, reward_key)
+        return answer, reward, time.perf_counter() - started
+
     async def _rollout(self, spec: TrialSpec) -> TrialOutcome:
-        assert self._client is not None
         outcome = self._outcome(spec)
         try:
             row = spec.task.load_row()
@@ -391,7 +420,7 @@ class Dispatcher:
             url = self.endpoint.route_for(agent)
             body = build_request(row, agent if spec.agent or not own else None, spec.task_index, spec.repeat)
             outcome.request = body
-            answer, reward, latency = await post_run(self._client, url, body, self.trial_timeout, spec.reward_key)
+            answer, reward, latency = await self._post(url, body, spec.reward_key)
         except TrialFault as fault:
             outcome.error_class, outcome.error, outcome.http_status = (
                 fault.error_class,
@@ -420,8 +449,7 @@ class Dispatcher:
             await asyncio.wait(tasks, timeout=10)
 
     async def _aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        await self._http.aclose()
 
 
 def row_agent(row: dict[str, object]) -> str | None:

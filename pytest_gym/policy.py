@@ -234,11 +234,13 @@ class PolicyHandler(BaseHTTPRequestHandler):
         state = self.server.state
         state.enter()
         try:
-            self._answer(route, body)
+            status, payload, raw = self._answer(route, body)
         finally:
-            state.leave()
+            state.leave()  # before the answer goes out: the caller may send its next call at once
+        self._send(status, payload, raw=raw)
 
-    def _answer(self, route: str, body: Any) -> None:
+    def _answer(self, route: str, body: Any) -> tuple[int, Any, bytes | None]:
+        """(status, JSON payload, raw body) for one model call, after the scripted latency or fault."""
         state = self.server.state
         number, script = state.count(route)
         if script.latency_ms > 0:
@@ -249,15 +251,12 @@ class PolicyHandler(BaseHTTPRequestHandler):
             if script.fault_mode == "hang":
                 time.sleep(script.hang_s)
             elif script.fault_mode == "garbage":
-                self._send(200, None, raw=b"<html>this is not json")
-                return
+                return 200, None, b"<html>this is not json"
             else:
-                self._send(script.fault_status, {"error": {"message": f"scripted fault on call {number}"}})
-                return
+                return script.fault_status, {"error": {"message": f"scripted fault on call {number}"}}, None
         if route == "/responses":
-            self._send(200, responses_object(script, body))
-        else:
-            self._send(200, chat_completion_object(script, body))
+            return 200, responses_object(script, body), None
+        return 200, chat_completion_object(script, body), None
 
 
 class PolicyServer(ThreadingHTTPServer):

@@ -1,0 +1,482 @@
+"""Throughput of pytest-gym against a bare client and ``gym eval run``, on one real Gym deployment.
+
+Run it inside a loopback-only network namespace (Gym starts Ray, which listens on every interface):
+
+    scripts/netns-run .venvs/dev/bin/python benchmarks/throughput.py            # the full benchmark
+    scripts/netns-run .venvs/dev/bin/python benchmarks/throughput.py --quick    # a small smoke version
+
+It starts one Gym (mcqa, with the built-in scripted policy standing in for the model; its latency L is
+set per case through the policy's ``/_script`` route), writes ROWS distinct mcqa-style rows (variants of
+the bundled example), and for every case (L, C) measures, one after another on the same deployment:
+
+1. ``bare``: a minimal asyncio client (httpx) POSTing the materialized rows (row, ``agent_ref``,
+   ``_ng_task_index``, ``_ng_rollout_index``) to the same ``/run`` route ``gym eval run`` uses, with a
+   semaphore of C. It runs inside this process: no interpreter start-up, the strictest baseline.
+2. ``gym-eval``: ``gym eval run --no-serve --concurrency C --num-repeats R`` on the same rows, pointed at
+   the running head server with ``++head_server.port=PORT``, as a whole process.
+3. ``pytest``: ``pytest --gym-url URL --gym-concurrency C --gym-repeats R`` as a whole process
+   (start-up, collection, rollouts, reports), and the same with ``-n 2``.
+
+Every method must make exactly ROWS x R policy calls (checked on the policy's counters). Then a
+collection benchmark: ``pytest --co -q`` on a 100k-row dataset against plain pytest collecting 100k
+trivial parametrized tests, wall time and peak RSS of each process (``os.wait4``).
+
+The pytest runs use ``--gym-min-reward 0`` (the machinery is measured, not the policy: every trial
+passes) unless ``--with-failures``, and ``-p no:hypothesispytest`` (a test dependency of this repo that
+costs about 0.6 s per process and is no part of pytest-gym) unless ``--keep-plugins``.
+
+Every wait is bounded, and everything the benchmark starts is stopped when it ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_gym.deployment import GymEndpoint, discover, start_deployment, stop_started  # noqa: E402
+from pytest_gym.settings import GymSettings  # noqa: E402
+
+EXAMPLE = ROOT / "examples" / "mcqa" / "example.jsonl"
+AGENT = "mcqa_simple_agent"
+RUN_TIMEOUT_S = 900.0
+#: Targets from the issue: (case label, method, max ratio to the bare client).
+TARGETS = [
+    ("L=100ms C=32", "pytest", 1.25),
+    ("L=100ms C=32", "pytest -n 2", 1.40),
+    ("L=0ms C=1", "pytest", 1.30),
+]
+COLLECT_TARGET = 1.5
+
+
+# -- data ------------------------------------------------------------------------------------------
+
+
+def mcqa_rows(count: int) -> list[dict[str, Any]]:
+    """``count`` distinct mcqa rows: the bundled five, each question tagged with a variant number."""
+    base = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for i in range(count):
+        row = copy.deepcopy(base[i % len(base)])
+        message = row["responses_create_params"]["input"][0]
+        message["content"] = message["content"].replace("step-by-step.", f"step-by-step (variant {i}).", 1)
+        row["uuid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"pytest-gym-benchmark/{i}"))
+        rows.append(row)
+    return rows
+
+
+def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+    with path.open("w", encoding="utf-8") as fh:
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def materialize(rows: Sequence[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+    """The bodies Gym's collector POSTs: each row with its agent and task/rollout indices, repeats adjacent."""
+    return [
+        {**row, "agent_ref": {"name": AGENT}, "_ng_task_index": task, "_ng_rollout_index": repeat}
+        for task, row in enumerate(rows)
+        for repeat in range(repeats)
+    ]
+
+
+# -- the policy ------------------------------------------------------------------------------------
+
+
+class Policy:
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def set(self, **changes: Any) -> None:
+        httpx.put(f"{self.url}/_script", json=changes, timeout=10, trust_env=False).raise_for_status()
+
+    def stats(self) -> dict[str, Any]:
+        result: dict[str, Any] = httpx.get(f"{self.url}/_stats", timeout=10, trust_env=False).json()
+        return result
+
+
+# -- the methods -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    method: str
+    seconds: float
+    calls: int
+    max_in_flight: int
+    ok: bool
+    detail: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+async def _bare(url: str, bodies: Sequence[dict[str, Any]], concurrency: int) -> int:
+    semaphore = asyncio.Semaphore(concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    rewarded = 0
+    async with httpx.AsyncClient(limits=limits, timeout=120, trust_env=False) as client:
+
+        async def one(body: dict[str, Any]) -> None:
+            nonlocal rewarded
+            async with semaphore:
+                response = await client.post(url, json=body)
+            if response.status_code == 200 and isinstance(response.json().get("reward"), (int, float)):
+                rewarded += 1
+
+        await asyncio.gather(*(one(body) for body in bodies))
+    return rewarded
+
+
+def run_bare(endpoint: GymEndpoint, bodies: Sequence[dict[str, Any]], concurrency: int) -> tuple[float, str]:
+    started, cpu = time.perf_counter(), time.process_time()
+    rewarded = asyncio.run(asyncio.wait_for(_bare(endpoint.route_for(AGENT), bodies, concurrency), RUN_TIMEOUT_S))
+    seconds = time.perf_counter() - started
+    return seconds, f"cpu {time.process_time() - cpu:.2f} s, {rewarded}/{len(bodies)} rewarded"
+
+
+@dataclass
+class ProcessResult:
+    seconds: float
+    returncode: int
+    max_rss_kib: int
+    output: str
+    cpu_s: float = 0.0
+
+
+def run_process(args: Sequence[str], cwd: Path, timeout: float = RUN_TIMEOUT_S) -> ProcessResult:
+    """Run a command as its own process group; wall time, exit code, peak RSS (its own, from wait4)."""
+    log = cwd / f"output-{time.monotonic_ns()}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    with log.open("wb") as out:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            list(args),
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        deadline = started + timeout
+        status, usage = 0, None
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                _, status, usage = os.wait4(proc.pid, 0)
+                break
+            time.sleep(0.005)
+        seconds = time.perf_counter() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    with contextlib.suppress(ProcessLookupError):  # leftovers of the group (xdist workers are waited by it)
+        os.killpg(proc.pid, signal.SIGKILL)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    cpu = usage.ru_utime + usage.ru_stime if usage else 0.0
+    return ProcessResult(seconds, proc.returncode, usage.ru_maxrss if usage else 0, text, cpu)
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip("= ") if lines else ""
+
+
+def count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+def run_gym_eval(
+    gym_cli: str, head_port: int, rows_path: Path, repeats: int, concurrency: int, work: Path
+) -> tuple[float, str, bool]:
+    work.mkdir(parents=True)
+    out = work / "out" / "rollouts.jsonl"
+    args = [
+        gym_cli, "eval", "run", "--no-serve", "--agent", AGENT, "--input", str(rows_path), "--output", str(out),
+        "--concurrency", str(concurrency), "--num-repeats", str(repeats), f"++head_server.port={head_port}",
+    ]  # fmt: skip
+    result = run_process(args, work)
+    records = count_lines(out)
+    ok = result.returncode == 0
+    detail = f"cpu {result.cpu_s:.2f} s, exit {result.returncode}, {records} rollouts"
+    if not ok:
+        detail += "; last line: " + last_line(result.output)
+    return result.seconds, detail, ok
+
+
+def pytest_args(options: argparse.Namespace) -> list[str]:
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
+    if not options.keep_plugins:
+        args += ["-p", "no:hypothesispytest"]
+    return args
+
+
+def run_pytest(
+    options: argparse.Namespace,
+    url: str,
+    rows_path: Path,
+    repeats: int,
+    concurrency: int,
+    work: Path,
+    extra: Sequence[str] = (),
+) -> tuple[float, str, bool]:
+    work.mkdir(parents=True)
+    (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    run_dir = work / "run"
+    args = [
+        *pytest_args(options),
+        "--gym-url", url, "--gym-agent", AGENT, f"--gym-dataset={rows_path}",
+        "--gym-repeats", str(repeats), "--gym-concurrency", str(concurrency), f"--gym-run-dir={run_dir}",
+        *([] if options.with_failures else ["--gym-min-reward", "0"]),
+        *extra,
+    ]  # fmt: skip
+    result = run_process(args, work)
+    records = count_lines(run_dir / "rollouts.jsonl")
+    ok = result.returncode in ((0, 1) if options.with_failures else (0,))
+    detail = f"cpu {result.cpu_s:.2f} s, exit {result.returncode}, {records} rollouts, {last_line(result.output)}"
+    return result.seconds, detail, ok
+
+
+# -- the benchmark ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    latency_ms: float
+    concurrency: int
+
+    @property
+    def label(self) -> str:
+        return f"L={self.latency_ms:g}ms C={self.concurrency}"
+
+
+def measure(policy: Policy, expected_calls: int, method: str, run: Any) -> Measurement:
+    policy.set(reset_stats=True)
+    seconds, detail, ok = run()
+    time.sleep(0.2)
+    stats = policy.stats()
+    calls, peak = int(stats["calls"]), int(stats["max_in_flight"])
+    ok = ok and calls == expected_calls
+    if calls != expected_calls:
+        detail += f"; POLICY CALLS {calls} != {expected_calls}"
+    measurement = Measurement(method, seconds, calls, peak, ok, detail)
+    print(
+        f"    {method:<12} {seconds:7.2f} s   policy calls {calls:5d}, max in flight {peak:3d}   {detail}", flush=True
+    )
+    return measurement
+
+
+def throughput(options: argparse.Namespace, endpoint: GymEndpoint, policy: Policy, work: Path) -> dict[str, Any]:
+    rows = mcqa_rows(options.rows)
+    rows_path = write_jsonl(work / "rows.jsonl", rows)
+    bodies = materialize(rows, options.repeats)
+    trials = len(bodies)
+    head_port = int(endpoint.head_url.rsplit(":", 1)[1])
+    cases = [Case(float(lat), int(c)) for lat, c in (spec.split(":") for spec in options.case)] or [
+        Case(100, 32),
+        Case(0, 1),
+        Case(0, 32),
+    ]
+    methods = set(options.method or ["bare", "gym eval run", "pytest", "pytest -n 2"]) | {"bare"}
+    print(f"\n== throughput: {options.rows} rows x {options.repeats} repeats = {trials} trials per method ==")
+    # Warm Gym up (first calls pay for connection set-up and lazy imports in its servers).
+    policy.set(latency_ms=0)
+    asyncio.run(_bare(endpoint.route_for(AGENT), bodies[: min(64, trials)], 8))
+    url, reps = endpoint.head_url, options.repeats
+    results: dict[str, Any] = {}
+    for number, case in enumerate(cases):
+        policy.set(latency_ms=case.latency_ms, reset_stats=True)
+        c = case.concurrency
+        print(f"  {case.label}")
+        tag = f"{number}-{case.latency_ms:g}-{c}"
+        runners = {
+            "bare": lambda c=c: (*run_bare(endpoint, bodies, c), True),
+            "gym eval run": lambda c=c, tag=tag: run_gym_eval(
+                options.gym_cli, head_port, rows_path, reps, c, work / f"gym-eval-{tag}"
+            ),
+            "pytest": lambda c=c, tag=tag: run_pytest(options, url, rows_path, reps, c, work / f"pytest-{tag}"),
+            "pytest -n 2": lambda c=c, tag=tag: run_pytest(
+                options, url, rows_path, reps, c, work / f"pytest-n2-{tag}", ["-n", "2"]
+            ),
+        }
+        row = [measure(policy, trials, method, run) for method, run in runners.items() if method in methods]
+        results[case.label] = {m.method: m for m in row}
+    return results
+
+
+def collection(options: argparse.Namespace, work: Path) -> dict[str, Any]:
+    count = options.collect_rows
+    print(f"\n== collection: pytest --co -q on {count} rows vs {count} trivial parametrized tests ==")
+    folder = work / "collect"
+    folder.mkdir()
+    (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    write_jsonl(folder / "big.jsonl", mcqa_rows(count))
+    plain = folder / "plain"
+    plain.mkdir()
+    (plain / "test_plain.py").write_text(
+        f"import pytest\n\n\n@pytest.mark.parametrize('i', range({count}))\ndef test_trivial(i):\n    pass\n",
+        encoding="utf-8",
+    )
+    runs = {
+        "pytest-gym": [*pytest_args(options), "--co", "--gym-dataset=big.jsonl"],
+        "plain pytest": [*pytest_args(options), "--co", "plain"],
+    }
+    results: dict[str, Any] = {}
+    for name, args in runs.items():
+        result = run_process(args, folder)
+        ok = result.returncode == 0 and f"{count} tests collected" in result.output
+        print(
+            f"    {name:<13} {result.seconds:7.2f} s   peak RSS {result.max_rss_kib / 1024:7.1f} MiB   "
+            f"exit {result.returncode}, {last_line(result.output)}",
+            flush=True,
+        )
+        results[name] = {"seconds": result.seconds, "max_rss_kib": result.max_rss_kib, "ok": ok}
+    return results
+
+
+def report(throughput_results: dict[str, Any], collect_results: dict[str, Any]) -> bool:
+    all_ok = True
+    print("\n== ratios (wall time / bare client) ==")
+    for label, row in throughput_results.items():
+        bare = row["bare"].seconds
+        parts = [f"{m.method} {m.seconds / bare:.2f}x" for m in row.values() if m.method != "bare"]
+        print(f"  {label:<14} bare {bare:.2f} s | " + " | ".join(parts))
+        all_ok = all_ok and all(m.ok for m in row.values())
+    print("\n== targets ==")
+    for label, method, limit in TARGETS:
+        row = throughput_results.get(label)
+        if row is None:
+            continue
+        if method not in row:
+            continue
+        ratio = row[method].seconds / row["bare"].seconds
+        met = ratio <= limit and row[method].ok
+        all_ok = all_ok and met
+        print(f"  {'MET ' if met else 'MISS'} {label}: {method} {ratio:.2f}x bare (target <= {limit:.2f}x)")
+    row = throughput_results.get("L=100ms C=32")
+    if row is not None and "pytest" in row and "gym eval run" in row:
+        faster = row["pytest"].seconds < row["gym eval run"].seconds
+        all_ok = all_ok and faster
+        print(
+            f"  {'MET ' if faster else 'MISS'} L=100ms C=32: pytest {row['pytest'].seconds:.2f} s vs gym eval run "
+            f"{row['gym eval run'].seconds:.2f} s (target: faster)"
+        )
+    if collect_results:
+        gym, plain = collect_results["pytest-gym"], collect_results["plain pytest"]
+        time_ratio = gym["seconds"] / plain["seconds"]
+        rss_ratio = gym["max_rss_kib"] / plain["max_rss_kib"]
+        for what, ratio in (("time", time_ratio), ("peak memory", rss_ratio)):
+            met = ratio <= COLLECT_TARGET and gym["ok"] and plain["ok"]
+            all_ok = all_ok and met
+            print(f"  {'MET ' if met else 'MISS'} collection {what}: {ratio:.2f}x plain pytest (target <= 1.50x)")
+    return all_ok
+
+
+def find_gym_cli(given: str | None) -> str:
+    for candidate in (given, os.environ.get("PYTEST_GYM_CLI"), str(ROOT / ".venvs" / "gym" / "bin" / "gym")):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    sys.exit("benchmark: no gym CLI (pass --gym-cli, set PYTEST_GYM_CLI, or run scripts/install-gym.sh)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small smoke version (20 rows x 2, 5k-row collection)")
+    parser.add_argument("--rows", type=int, default=None, help="distinct rows (default 200)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per row (default 4)")
+    parser.add_argument("--collect-rows", type=int, default=None, help="rows for the collection benchmark (100000)")
+    parser.add_argument("--only", choices=("throughput", "collect"), help="run one part only")
+    parser.add_argument("--gym-cli", help="the gym executable (default: $PYTEST_GYM_CLI or .venvs/gym/bin/gym)")
+    parser.add_argument("--with-failures", action="store_true", help="keep min reward 1: 60%% of trials fail")
+    parser.add_argument("--keep-plugins", action="store_true", help="do not disable unrelated pytest plugins")
+    parser.add_argument("--case", action="append", default=[], metavar="L:C", help="only this case (repeatable)")
+    parser.add_argument(
+        "--method", action="append", choices=("gym eval run", "pytest", "pytest -n 2"), help="only this method"
+    )
+    parser.add_argument("--gym-url", help="attach to this running Gym instead of starting one (needs --policy-url)")
+    parser.add_argument("--policy-url", help="the scripted policy of that Gym (http://127.0.0.1:PORT/v1)")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--workdir", type=Path, help="keep the work files here (default: a temporary folder)")
+    options = parser.parse_args(argv)
+    options.rows = options.rows or (20 if options.quick else 200)
+    options.repeats = options.repeats or (2 if options.quick else 4)
+    options.collect_rows = options.collect_rows or (5000 if options.quick else 100_000)
+
+    with contextlib.ExitStack() as stack:
+        if options.workdir:
+            work = options.workdir.resolve()
+            work.mkdir(parents=True, exist_ok=True)
+            work = Path(tempfile.mkdtemp(prefix="bench-", dir=work))
+        else:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-gym-bench-")))
+        throughput_results: dict[str, Any] = {}
+        collect_results: dict[str, Any] = {}
+        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; work folder {work}")
+        if options.only in (None, "throughput") and options.gym_url:
+            options.gym_cli = find_gym_cli(options.gym_cli)
+            if not options.policy_url:
+                parser.error("--gym-url needs --policy-url (the benchmark steers the scripted policy)")
+            endpoint = discover(options.gym_url)
+            throughput_results = throughput(options, endpoint, Policy(options.policy_url), work)
+        elif options.only in (None, "throughput"):
+            options.gym_cli = find_gym_cli(options.gym_cli)
+            settings = GymSettings(
+                resources_server="mcqa",
+                policy="scripted",
+                policy_answer="\\boxed{E}",
+                cli=options.gym_cli,
+                server_venv="auto",
+                shutdown_grace=20,
+                startup_timeout=300,
+            )
+            print("starting Gym (mcqa + scripted policy) ...", flush=True)
+            started_at = time.perf_counter()
+            endpoint, started = start_deployment(settings, work / "gym")
+            stack.callback(lambda: print("stopping Gym:", "; ".join(stop_started(started, 20)), flush=True))
+            print(f"Gym ready in {time.perf_counter() - started_at:.1f} s at {endpoint.head_url}", flush=True)
+            assert endpoint.policy_url is not None
+            throughput_results = throughput(options, endpoint, Policy(endpoint.policy_url), work)
+        if options.only in (None, "collect"):
+            collect_results = collection(options, work)
+        ok = report(throughput_results, collect_results)
+        if options.json:
+            data = {
+                "rows": options.rows,
+                "repeats": options.repeats,
+                "throughput": {
+                    label: {m.method: m.__dict__ for m in row.values()} for label, row in throughput_results.items()
+                },
+                "collection": collect_results,
+            }
+            options.json.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    print("\nall targets met" if ok else "\nsome targets missed (see above)")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
