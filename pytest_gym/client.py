@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from pytest_gym.retry import INFRA_FAILURE_KINDS
 from pytest_gym.secrets import mask_secrets
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -63,6 +64,10 @@ def parse_answer(status: int, data: bytes, url: str, reward_key: str) -> tuple[d
             f"Gym's answer has no {reward_key!r} field (see --gym-reward-key); its fields: {keys}",
             status,
         )
+    kind = answer.get("failure_kind")
+    if isinstance(kind, str) and kind in INFRA_FAILURE_KINDS:
+        reason = mask_secrets(str(answer.get("failure_reason") or ""))[:_EXCERPT]
+        raise TrialFault("gym_failure", f"Gym reported an infrastructure failure ({kind}): {reason}", status)
     reward = answer[reward_key]
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
         raise TrialFault("bad_reward", f"reward {reward_key!r} is {reward!r}, not a finite number", status)
