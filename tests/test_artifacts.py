@@ -117,7 +117,8 @@ def test_rollout_record_is_gyms_answer_plus_the_collectors_stamps_in_its_order(t
 
     [raw] = lines(tmp_path / ROLLOUTS_FILE)
     record = json.loads(raw)
-    assert list(record) == [*ANSWER, *STAMPS]
+    ours = ["_pytest_gym_nodeid", "_pytest_gym_task_hash", "_pytest_gym_attempts"]
+    assert list(record) == [*ANSWER, *STAMPS, *ours]
     assert record == {
         **ANSWER,
         "_ng_task_index": 3,
@@ -125,6 +126,9 @@ def test_rollout_record_is_gyms_answer_plus_the_collectors_stamps_in_its_order(t
         "agent_ref": {"name": AGENT},
         "_ng_environment_server": "mcqa_environment_server",
         "_ng_result_type": "legacy_agent",
+        "_pytest_gym_nodeid": record["_pytest_gym_nodeid"],
+        "_pytest_gym_task_hash": record["_pytest_gym_task_hash"],
+        "_pytest_gym_attempts": 1,
     }
     # One compact line, the way orjson.dumps writes it, non-ASCII as UTF-8.
     assert raw == json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
@@ -158,6 +162,9 @@ def test_optional_request_stamps_follow_gyms_order(tmp_path: Path) -> None:
         "skills_ref",
         "_ng_attempt_index",
         "_ng_rollout_id",
+        "_pytest_gym_nodeid",
+        "_pytest_gym_task_hash",
+        "_pytest_gym_attempts",
     ]
 
 

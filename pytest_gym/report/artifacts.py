@@ -114,6 +114,10 @@ def rollout_record(outcome: TrialOutcome, server: EnvironmentServer | None = Non
         raise ValueError(f"{outcome.nodeid}: a rewarded trial needs its answer and the request with {TASK_INDEX_KEY}")
     record = _without_config(outcome.answer)
     _stamp(record, outcome, server)
+    # Underscore keys: Gym's metrics skip them; --gym-resume finds finished trials by them.
+    record["_pytest_gym_nodeid"] = outcome.nodeid
+    record["_pytest_gym_task_hash"] = outcome.task_hash
+    record["_pytest_gym_attempts"] = outcome.attempts
     return record
 
 
@@ -264,12 +268,26 @@ class RunFolderWriter:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of one of the run folder's jsonl files (none if it does not exist)."""
+    """The records of one of the run folder's jsonl files (none if it does not exist).
+
+    A line that does not parse (the tail of a run killed mid-write elsewhere) is skipped: every
+    complete record still counts.
+    """
+    records = []
     try:
         with open(path, "rb") as f:
-            return [json.loads(line) for line in f if line.strip()]
+            for line in f:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    records.append(record)
     except FileNotFoundError:
         return []
+    return records
 
 
 def _order_key(record: Mapping[str, Any]) -> tuple[int, int]:

@@ -1,0 +1,93 @@
+"""``--gym-resume RUN_DIR``: report finished trials of an earlier run instead of paying for them again.
+
+A trial is reused when the earlier run folder has its record (task hash and repeat)
+and the earlier run was made with the same settings that shape a rollout (agent,
+model, environment, reward key: their digest is stored in ``pytest_gym_run.json``).
+Mismatched settings reuse nothing, and the run says which settings differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_gym.report.artifacts import ROLLOUTS_FILE, read_jsonl
+from pytest_gym.settings import GymSettings
+
+RUN_INFO_FILE = "pytest_gym_run.json"
+
+
+def rollout_basis(settings: GymSettings) -> dict[str, Any]:
+    """The settings that decide what a rollout returns (not how fast or where it is reported)."""
+    basis: dict[str, Any] = {
+        "agent": settings.agent,
+        "model": settings.model,
+        "model_type": settings.model_type,
+        "resources_server": settings.resources_server,
+        "config": [os.path.basename(c) for c in settings.config],
+        "set": sorted(settings.set),
+        "reward_key": settings.reward_key,
+        "policy": settings.policy,
+    }
+    if settings.policy == "scripted":
+        basis["policy_answer"] = settings.policy_answer
+    else:
+        basis["model_url"] = settings.model_url
+    return basis
+
+
+def digest(basis: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def write_run_info(run_dir: Path, settings: GymSettings) -> None:
+    """Record what this run's rollouts depend on (once per run folder, atomically)."""
+    target = run_dir / RUN_INFO_FILE
+    if target.exists():
+        return
+    basis = rollout_basis(settings)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{RUN_INFO_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"digest": digest(basis), "basis": basis}, indent=2), encoding="utf-8")
+    os.replace(tmp, target)
+
+
+@dataclass
+class Reusable:
+    """Finished trials of an earlier run, by (task hash, repeat)."""
+
+    records: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    note: str = ""
+
+    def take(self, task_hash: str, repeat: int) -> dict[str, Any] | None:
+        return self.records.get((task_hash, repeat))
+
+
+def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
+    """What can be reused from ``resume_dir`` with these settings, and a note saying so (or why not)."""
+    info_path = resume_dir / RUN_INFO_FILE
+    rollouts = resume_dir / ROLLOUTS_FILE
+    if not rollouts.exists():
+        return Reusable(note=f"resume: {resume_dir} has no {ROLLOUTS_FILE}; nothing to reuse")
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return Reusable(note=f"resume: {resume_dir} has no readable {RUN_INFO_FILE}; nothing reused")
+    basis = rollout_basis(settings)
+    if info.get("digest") != digest(basis):
+        earlier = info.get("basis", {})
+        differ = sorted(k for k in set(basis) | set(earlier) if basis.get(k) != earlier.get(k))
+        return Reusable(
+            note=f"resume: {resume_dir} was run with other settings ({', '.join(differ)} differ); nothing reused"
+        )
+    records: dict[tuple[str, int], dict[str, Any]] = {}
+    for record in read_jsonl(rollouts):
+        task_hash = record.get("_pytest_gym_task_hash")
+        repeat = record.get("_ng_rollout_index")
+        if isinstance(task_hash, str) and isinstance(repeat, int):
+            records[(task_hash, repeat)] = record
+    return Reusable(records=records, note=f"resume: {len(records)} finished trials available from {resume_dir}")
