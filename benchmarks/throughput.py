@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,20 +70,22 @@ COLLECT_TARGET = 1.5
 # -- data ------------------------------------------------------------------------------------------
 
 
-def mcqa_rows(count: int) -> list[dict[str, Any]]:
+def iter_mcqa_rows(count: int) -> Iterator[dict[str, Any]]:
     """``count`` distinct mcqa rows: the bundled five, each question tagged with a variant number."""
     base = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
-    rows = []
     for i in range(count):
         row = copy.deepcopy(base[i % len(base)])
         message = row["responses_create_params"]["input"][0]
         message["content"] = message["content"].replace("step-by-step.", f"step-by-step (variant {i}).", 1)
         row["uuid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"pytest-gym-benchmark/{i}"))
-        rows.append(row)
-    return rows
+        yield row
 
 
-def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> Path:
+def mcqa_rows(count: int) -> list[dict[str, Any]]:
+    return list(iter_mcqa_rows(count))
+
+
+def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
     with path.open("w", encoding="utf-8") as fh:
         for row in rows:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -277,6 +279,7 @@ class Case:
 
 def measure(policy: Policy, expected_calls: int, method: str, run: Any) -> Measurement:
     policy.set(reset_stats=True)
+    started = time.time()
     seconds, detail, ok = run()
     time.sleep(0.2)
     stats = policy.stats()
@@ -284,9 +287,17 @@ def measure(policy: Policy, expected_calls: int, method: str, run: Any) -> Measu
     ok = ok and calls == expected_calls
     if calls != expected_calls:
         detail += f"; POLICY CALLS {calls} != {expected_calls}"
-    measurement = Measurement(method, seconds, calls, peak, ok, detail)
+    phases = {}
+    if stats.get("first_call") and stats.get("last_call"):
+        # Wall time before the first model call (start-up, collection) and between first and last call.
+        phases = {"before_first_call": stats["first_call"] - started, "calls": stats["last_call"] - stats["first_call"]}
+    measurement = Measurement(method, seconds, calls, peak, ok, detail, phases)
+    shown = (
+        f"first call after {phases['before_first_call']:5.2f} s, calls span {phases['calls']:5.2f} s" if phases else ""
+    )
     print(
-        f"    {method:<12} {seconds:7.2f} s   policy calls {calls:5d}, max in flight {peak:3d}   {detail}", flush=True
+        f"    {method:<12} {seconds:7.2f} s   {shown}   max in flight {peak:3d}   {detail}",
+        flush=True,
     )
     return measurement
 
@@ -335,7 +346,8 @@ def collection(options: argparse.Namespace, work: Path) -> dict[str, Any]:
     folder = work / "collect"
     folder.mkdir()
     (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
-    write_jsonl(folder / "big.jsonl", mcqa_rows(count))
+    # Streamed: this process stays small, and a child's peak RSS starts from its parent's (fork, then exec).
+    write_jsonl(folder / "big.jsonl", iter_mcqa_rows(count))
     plain = folder / "plain"
     plain.mkdir()
     (plain / "test_plain.py").write_text(

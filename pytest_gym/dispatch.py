@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import json
 import threading
 import time
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 CLAIM_WAIT_MARGIN_S = 30.0
 _POLL_MIN_S = 0.0005
 _POLL_MAX_S = 0.02
+#: How often an idle feeder looks at the xdist worker's queue again.
+_QUEUE_POLL_S = 0.02
 
 
 class _Slots:
@@ -100,6 +103,8 @@ class Dispatcher:
         self.listeners: list[Callable[[TrialOutcome], None]] = []
         #: Problems that did not stop a trial but should be reported (a listener or the board failed).
         self.problems: list[str] = []
+        #: What happened to the trials: "ran" here, results taken "here" or "from_board", board "polls".
+        self.counts: collections.Counter[str] = collections.Counter()
         self._plan: list[TrialSpec] = []
         self._index: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -108,7 +113,11 @@ class Dispatcher:
         self._running: dict[str, concurrent.futures.Future[TrialOutcome]] = {}
         self._waiting: set[str] = set()
         self._started: set[str] = set()
+        self._mine: set[str] = set()  # started because this worker was handed them: kept until consumed
         self._position = 0
+        self._cursor = 0
+        self._upcoming: Callable[[], Sequence[int]] | None = None
+        self._feeder_waiting = False
         self._stopping = False
         self._closing = False
         self._loop = asyncio.new_event_loop()
@@ -126,11 +135,16 @@ class Dispatcher:
 
     # -- called from pytest's thread -------------------------------------------------
 
-    def plan(self, specs: Sequence[TrialSpec]) -> None:
-        """The trials of the session, in the order pytest runs them (under xdist: all workers' together)."""
+    def plan(self, specs: Sequence[TrialSpec], upcoming: Callable[[], Sequence[int]] | None = None) -> None:
+        """The trials of the session, in the order pytest runs them (under xdist: all workers' together).
+
+        ``upcoming`` (xdist) tells which of them, by position in ``specs``, this process was handed and will
+        run next; those are prefetched first.
+        """
         with self._lock:
             self._plan = list(specs)
             self._index = {spec.nodeid: i for i, spec in enumerate(self._plan)}
+            self._upcoming = upcoming
         if self._feeder is None and self._plan:
             self._feeder = asyncio.run_coroutine_threadsafe(self._feed(), self._loop)
 
@@ -157,6 +171,7 @@ class Dispatcher:
 
     def close(self) -> None:
         """End of the session: with a board, let the rollouts in flight finish first; then shut down."""
+
         if self.board is not None and not self._stopping and self._loop.is_running():
             self._closing = True
             drain = asyncio.run_coroutine_threadsafe(self._drain(), self._loop)
@@ -180,7 +195,8 @@ class Dispatcher:
         index = self._index.get(spec.nodeid)
         if index is not None and index + 1 > self._position:
             self._position = index + 1
-            self._loop.call_soon_threadsafe(self._wake)
+            if self._feeder_waiting:
+                self._loop.call_soon_threadsafe(self._wake)
 
     def _local(self, nodeid: str) -> concurrent.futures.Future[TrialOutcome] | None:
         with self._lock:
@@ -195,6 +211,7 @@ class Dispatcher:
             return None
         started = asyncio.run_coroutine_threadsafe(self._claim_now(spec), self._loop).result()
         if started is not None:
+            self.counts["on_demand"] += 1
             with self._lock:
                 self._waiting.add(spec.nodeid)
         return started
@@ -203,10 +220,13 @@ class Dispatcher:
         self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None
     ) -> TrialOutcome:
         try:
-            return future.result(timeout=timeout)
+            outcome = future.result(timeout=timeout)
+            self.counts["here"] += 1
+            return outcome
         finally:
             with self._lock:
                 self._waiting.discard(nodeid)
+                self._mine.discard(nodeid)
                 if future.done() and self._running.get(nodeid) is future:
                     del self._running[nodeid]
 
@@ -223,10 +243,10 @@ class Dispatcher:
             future = self._local(nodeid)
             if future is not None:
                 return self._wait_local(nodeid, future, timeout)
-            outcome = board.read(nodeid)
+            owner, outcome = board.state(nodeid)
             if outcome is not None:
+                self.counts["from_board"] += 1
                 return outcome
-            owner = board.claimant(nodeid)
             if owner is None:
                 future = self._start_now(spec)
                 if future is not None:
@@ -252,6 +272,7 @@ class Dispatcher:
                     f"the worker that claimed this trial (pid {owner}) published no result within "
                     f"{self.trial_timeout + CLAIM_WAIT_MARGIN_S:g} s",
                 )
+            self.counts["polls"] += 1
             time.sleep(pause)
             pause = min(_POLL_MAX_S, pause * 1.5)
 
@@ -278,25 +299,50 @@ class Dispatcher:
 
     async def _feed(self) -> None:
         assert self._progress is not None
-        plan = self._plan
-        index = 0
-        while True:
-            index = max(index, self._position)
-            if index >= len(plan) or self._stopping or self._closing:
-                return
-            if index >= self._position + self.lookahead:
-                self._progress.clear()
-                await self._progress.wait()
-                continue
-            spec = plan[index]
-            index += 1
-            if self._known(spec.nodeid):
-                continue
+        while not (self._stopping or self._closing):
             await self._slots.acquire()
-            if self._stopping or self._closing or not self._claim(spec):
-                self._slots.release()
+            spec = None if self._stopping or self._closing else self._next_candidate()
+            if spec is not None and self._claim(spec):
+                self._start(spec)
                 continue
-            self._start(spec)
+            self._slots.release()
+            if spec is not None:
+                continue  # another process claimed it just now
+            if self._cursor >= len(self._plan):
+                return  # every trial was started here or claimed by another process
+            # Nothing to start within the lookahead: wait until pytest moves on (or, under xdist, until the
+            # controller hands this worker more items, which nothing signals: look again shortly).
+            self._progress.clear()
+            self._feeder_waiting = True
+            if self._next_candidate(peek=True) is None:
+                if self._upcoming is None:
+                    await self._progress.wait()
+                else:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._progress.wait(), _QUEUE_POLL_S)
+            self._feeder_waiting = False
+
+    def _next_candidate(self, peek: bool = False) -> TrialSpec | None:
+        """The next trial to prefetch: this worker's own queued trials first, then the plan in order."""
+        plan = self._plan
+        if self._upcoming is not None:
+            for index in self._upcoming()[: self.lookahead]:
+                if 0 <= index < len(plan) and not self._known(plan[index].nodeid):
+                    if not peek:
+                        self._mine.add(plan[index].nodeid)
+                    return plan[index]
+        cursor = max(self._cursor, self._position)
+        limit = min(len(plan), self._position + self.lookahead)
+        while cursor < limit:
+            spec = plan[cursor]
+            if not self._known(spec.nodeid):
+                if not peek:
+                    self._cursor = cursor + 1
+                return spec
+            cursor += 1
+        if not peek:
+            self._cursor = cursor
+        return None
 
     def _claim(self, spec: TrialSpec) -> bool:
         if spec.nodeid in self._started:
@@ -329,6 +375,7 @@ class Dispatcher:
         with self._lock:
             self._running[spec.nodeid] = future
         self._started.add(spec.nodeid)
+        self.counts["ran"] += 1
         task = self._loop.create_task(self._run(spec, future))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -347,12 +394,17 @@ class Dispatcher:
             future.set_result(self._fault(spec, "cancelled", "cancelled: the run was stopped before it finished"))
             raise
         self._slots.release()
+        # Let the next rollout go out before this one is recorded: with few slots, recording is on the
+        # critical path otherwise (one pass for the feeder to start it, one for its request to be sent).
+        with contextlib.suppress(asyncio.CancelledError):  # stopped now: the rollout is done, deliver it
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
         for listener in self.listeners:
             self._guard("recording a rollout", listener, outcome)
         if self.board is not None:
             self._guard("publishing a rollout to the other workers", self.board.publish, outcome)
             with self._lock:
-                if spec.nodeid not in self._waiting:
+                if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:
                     self._running.pop(spec.nodeid, None)
         future.set_result(outcome)
 
@@ -450,6 +502,8 @@ class Dispatcher:
 
     async def _aclose(self) -> None:
         await self._http.aclose()
+        if self.board is not None:
+            self.board.close()
 
 
 def row_agent(row: dict[str, object]) -> str | None:

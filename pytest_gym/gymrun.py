@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,7 +127,7 @@ class GymRun:
         index, count = self.worker
         return worker_share(self.settings.concurrency, count, index)
 
-    def open(self, planned: Sequence[TrialSpec]) -> GymServer:
+    def open(self, planned: Sequence[TrialSpec], upcoming: Callable[[], Sequence[int]] | None = None) -> GymServer:
         """Acquire the deployment and start dispatching ``planned`` (once per process)."""
         if self.error is not None:
             raise GymError(self.error)
@@ -151,7 +151,7 @@ class GymRun:
             )
             self.writer = RunFolderWriter(self.run_dir)
             self.dispatcher.listeners.append(self.writer.record)
-            self.dispatcher.plan(planned)
+            self.dispatcher.plan(planned, upcoming)
         return self.server
 
     def stop_dispatch(self) -> None:

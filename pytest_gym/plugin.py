@@ -24,7 +24,7 @@ from pytest_gym.settings import GymSettings, add_options, resolve
 from pytest_gym.suitefile import is_suite_file, suite_settings
 from pytest_gym.verdict import raise_fault
 from pytest_gym.verdicts import RunResults, SuiteSettings, SuiteVerdict, parse_gates
-from pytest_gym.xdist import worker_slot
+from pytest_gym.xdist import session_plan, worker_slot
 
 RUN_KEY = pytest.StashKey[GymRun]()
 RESULTS_KEY = pytest.StashKey[RunResults]()
@@ -141,9 +141,9 @@ def gym_server(request: pytest.FixtureRequest) -> GymServer:
     """The run's Gym deployment (started once, or attached with --gym-url)."""
     run = request.config.stash[RUN_KEY]
     # Every selected trial, in run order (identical on all xdist workers, which claim them from one another).
-    planned = [item.spec for item in request.session.items if isinstance(item, GymTrial)]
+    planned, upcoming = session_plan(request.session)
     try:
-        return run.open(planned)
+        return run.open(planned, upcoming)
     except GymError as exc:
         pytest.fail(f"pytest-gym: {exc}", pytrace=False)
 

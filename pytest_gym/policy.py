@@ -12,7 +12,8 @@ Routes (with or without the ``/v1`` prefix):
 - ``GET  /v1/models``           model listing (Gym probes it at start-up)
 - ``GET/PUT /_script``          read or change the script at run time (tests)
 - ``GET  /_stats``              call counters (tests count paid model calls), calls in flight now and
-                                 at most since the last reset (tests check a concurrency bound)
+                                 at most since the last reset (tests check a concurrency bound), and
+                                 when the first call came and the last ended (epoch seconds)
 
 Faults can be scheduled (``fault_every`` calls, ``fault_mode`` one of
 ``status``, ``hang``, ``garbage``) so that retry and timeout paths are testable
@@ -71,6 +72,8 @@ class PolicyState:
         self.by_route: dict[str, int] = {}
         self.in_flight = 0
         self.max_in_flight = 0
+        self.first_call: float | None = None
+        self.last_call: float | None = None
 
     def count(self, route: str) -> tuple[int, Script]:
         with self.lock:
@@ -82,15 +85,19 @@ class PolicyState:
         with self.lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.first_call is None:
+                self.first_call = time.time()
 
     def leave(self) -> None:
         with self.lock:
             self.in_flight -= 1
+            self.last_call = time.time()
 
     def reset(self) -> None:
         """Zero the counters (the caller holds the lock); calls in flight stay counted as in flight."""
         self.calls, self.faults, self.by_route = 0, 0, {}
         self.max_in_flight = self.in_flight
+        self.first_call = self.last_call = None
 
     def stats(self) -> dict[str, Any]:
         with self.lock:
@@ -100,6 +107,8 @@ class PolicyState:
                 "by_route": dict(self.by_route),
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
+                "first_call": self.first_call,
+                "last_call": self.last_call,
             }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gym.dataset import Task
@@ -69,7 +69,8 @@ class TrialOutcome:
         return props
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """A shallow dict of the fields (``answer`` and ``request`` are shared, not copied): for ``json.dumps``."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrialOutcome:

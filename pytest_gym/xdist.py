@@ -1,16 +1,16 @@
 """xdist: how workers share one rollout budget and one set of trials without running any twice.
 
-Every worker sees the same ``session.items`` but does not know which of them
-the controller will hand it. So each worker's dispatcher walks the whole list
-in item order and *claims* a trial before it runs it: an ``O_CREAT | O_EXCL``
+Every worker sees the same ``session.items`` but does not know in advance which
+of them the controller will hand it. So each worker's dispatcher prefetches the
+trials it was handed (read from xdist's queue), then the rest of the list in
+item order, and *claims* a trial before it runs it: an ``O_CREAT | O_EXCL``
 claim file in the run folder, named by a hash of the node id and holding the
 claimer's pid. Exactly one process wins a claim. The winner runs the rollout,
-records it in its own run-folder writer, and publishes the outcome as a JSON
-file (written to a temporary name, then renamed: readers see all or nothing).
-A worker that reaches a trial someone else claimed waits for that file; if the
-claimer died, one waiter takes the trial over (an ``O_EXCL`` takeover file per
-dead pid decides which). Without xdist none of this exists: results stay in
-memory.
+records it in its own run-folder writer, and appends the outcome as a JSON line
+to the claim file. A worker that reaches a trial someone else claimed waits for
+that line; if the claimer died, one waiter takes the trial over (an ``O_EXCL``
+takeover file per dead pid decides which). Without xdist none of this exists:
+results stay in memory.
 
 ``--gym-concurrency C`` is the budget of the whole run: worker ``i`` of ``n``
 gets ``C // n``, plus one for the first ``C % n`` workers (at least one each).
@@ -27,13 +27,15 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pytest_gym.items import GymTrial
 from pytest_gym.processes import pid_alive
-from pytest_gym.results import TrialOutcome
+from pytest_gym.results import TrialOutcome, TrialSpec
 
 BOARD_DIR = ".xdist-trials"
 #: A claim file still empty after this long belongs to a process that died while writing it.
@@ -60,89 +62,162 @@ def worker_slot(workerinput: dict[str, Any] | None) -> tuple[int, int] | None:
 class ClaimBoard:
     """Claims and published outcomes of the trials, shared by the processes of one run.
 
-    A claim is taken once a rollout slot is held, so a claimed trial is running
-    (or done): a waiter need only allow one trial timeout.
+    One file per trial, ``<hash of node id>.trial``: created with ``O_EXCL`` by the claimer, holding
+    its pid on the first line; the claimer keeps it open and appends the outcome as one JSON line when
+    the rollout is done. A reader takes the outcome only once its line is complete (ends in a newline
+    and parses). A claim is taken once a rollout slot is held, so a claimed trial is running (or done):
+    a waiter need only allow one trial timeout.
     """
 
     def __init__(self, folder: Path, pid: int | None = None) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.pid = os.getpid() if pid is None else pid
+        self._prefix = str(self.folder) + os.sep
+        self._paths: dict[str, str] = {}
+        self._fds: dict[str, int] = {}  # open claim files of this process, until the outcome is in
 
-    def _base(self, nodeid: str) -> str:
-        return str(self.folder / hashlib.sha256(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:32])
+    def _path(self, nodeid: str) -> str:
+        path = self._paths.get(nodeid)
+        if path is None:
+            digest = hashlib.sha256(nodeid.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+            path = self._paths[nodeid] = self._prefix + digest + ".trial"
+        return path
 
     def claim(self, nodeid: str) -> bool:
         """Claim a trial for this process; False when another process holds it."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         try:
-            fd = os.open(self._base(nodeid) + ".claim", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            fd = os.open(self._path(nodeid), flags, 0o644)
         except FileExistsError:
             return False
-        try:
-            os.write(fd, str(self.pid).encode())
-        finally:
-            os.close(fd)
+        os.write(fd, b"%d\n" % self.pid)
+        self._fds[nodeid] = fd
         return True
 
-    def claimant(self, nodeid: str) -> int | None:
-        """The pid holding the claim; None when nobody does; 0 for a claim whose writer died."""
-        path = self._base(nodeid) + ".claim"
+    def state(self, nodeid: str) -> tuple[int | None, TrialOutcome | None]:
+        """(claimant pid, published outcome). Pid None: nobody claimed it; 0: its claimer died writing
+        the claim; -1: the claim is being written."""
+        path = self._path(nodeid)
         try:
             with open(path, "rb") as fh:
-                text = fh.read().strip()
+                data = fh.read()
         except FileNotFoundError:
-            return None
-        if text.isdigit():
-            return int(text)
-        with contextlib.suppress(OSError):  # being written right now, or its writer died mid-write
-            if time.time() - os.stat(path).st_mtime > _EMPTY_CLAIM_GRACE_S:
-                return 0
-        return -1
+            return None, None
+        head, newline, rest = data.partition(b"\n")
+        if not newline or not head.isdigit():
+            with contextlib.suppress(OSError):
+                if time.time() - os.stat(path).st_mtime > _EMPTY_CLAIM_GRACE_S:
+                    return 0, None
+            return -1, None
+        outcome = None
+        if rest.endswith(b"\n"):
+            with contextlib.suppress(ValueError):
+                outcome = TrialOutcome.from_json(json.loads(rest))
+        return int(head), outcome
 
-    def claimed(self, nodeid: str) -> bool:
-        return os.path.exists(self._base(nodeid) + ".claim")
-
-    def release(self, nodeid: str) -> None:
-        """Give a claim back (a cancelled rollout): whoever needs the trial may claim it again."""
-        if self.claimant(nodeid) == self.pid:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._base(nodeid) + ".claim")
-
-    def take_over(self, nodeid: str, dead_pid: int) -> bool:
-        """Claim a trial whose claimant ``dead_pid`` died; exactly one taker wins per dead claimant."""
-        base = self._base(nodeid)
-        try:
-            fd = os.open(f"{base}.takeover.{dead_pid}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except FileExistsError:
-            return False
-        os.close(fd)
-        tmp = f"{base}.claim.{self.pid}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(str(self.pid).encode())
-        os.replace(tmp, base + ".claim")
-        return True
-
-    def publish(self, outcome: TrialOutcome) -> None:
-        """Make a finished trial's outcome readable by every process, atomically."""
-        base = self._base(outcome.nodeid)
-        tmp = f"{base}.json.{self.pid}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(json.dumps(outcome.to_json(), ensure_ascii=False, allow_nan=True).encode("utf-8", "surrogatepass"))
-        os.replace(tmp, base + ".json")
+    def claimant(self, nodeid: str) -> int | None:
+        return self.state(nodeid)[0]
 
     def read(self, nodeid: str) -> TrialOutcome | None:
         """The published outcome of a trial, or None while it has none."""
+        return self.state(nodeid)[1]
+
+    def claimed(self, nodeid: str) -> bool:
+        return os.path.exists(self._path(nodeid))
+
+    def release(self, nodeid: str) -> None:
+        """Give a claim back (a cancelled rollout): whoever needs the trial may claim it again."""
+        fd = self._fds.pop(nodeid, None)
+        if fd is None:
+            return
+        path = self._path(nodeid)
         try:
-            with open(self._base(nodeid) + ".json", "rb") as fh:
-                data = fh.read()
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                os.unlink(path)
         except FileNotFoundError:
-            return None
-        return TrialOutcome.from_json(json.loads(data))
+            pass
+        finally:
+            os.close(fd)
+
+    def take_over(self, nodeid: str, dead_pid: int) -> bool:
+        """Claim a trial whose claimant ``dead_pid`` died; exactly one taker wins per dead claimant."""
+        path = self._path(nodeid)
+        try:
+            marker = os.open(f"{path}.takeover.{dead_pid}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            return False
+        os.close(marker)
+        tmp = f"{path}.{self.pid}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        os.write(fd, b"%d\n" % self.pid)
+        os.replace(tmp, path)
+        self._fds[nodeid] = fd
+        return True
+
+    def publish(self, outcome: TrialOutcome) -> None:
+        """Append a finished trial's outcome to its claim file, for every process to read."""
+        data = outcome.to_json()
+        data["request"] = None  # only the claimer records the request (in its rollouts files)
+        line = json.dumps(data, ensure_ascii=False, allow_nan=True).encode("utf-8", "surrogatepass") + b"\n"
+        fd = self._fds.pop(outcome.nodeid, None)
+        if fd is None:  # not claimed through this board object: append through the path
+            fd = os.open(self._path(outcome.nodeid), os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Close the claim files still open (claims stay: their trials were neither finished nor given back)."""
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
 
     @staticmethod
     def remove_folder(folder: Path) -> None:
         """Remove a run's claims and published outcomes (the run folder's jsonl files keep the rollouts)."""
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def session_plan(session: pytest.Session) -> tuple[list[TrialSpec], Callable[[], Sequence[int]] | None]:
+    """The session's trials in run order, and (on an xdist worker) which of them it was handed, next first."""
+    indices = [i for i, item in enumerate(session.items) if isinstance(item, GymTrial)]
+    specs = [item.spec for item in session.items if isinstance(item, GymTrial)]
+    return specs, _worker_queue(session.config, indices)
+
+
+def _worker_queue(config: pytest.Config, trial_indices: Sequence[int]) -> Callable[[], Sequence[int]] | None:
+    """Read xdist's queue of item indices handed to this worker (not a public API: None when it changes)."""
+    if not hasattr(config, "workerinput"):
+        return None
+    interactor = next(
+        (p for p in config.pluginmanager.get_plugins() if type(p).__name__ == "WorkerInteractor"),
+        None,
+    )
+    if interactor is None or not hasattr(interactor, "torun"):
+        return None
+    plan_index = {session_index: i for i, session_index in enumerate(trial_indices)}
+
+    def upcoming() -> Sequence[int]:
+        torun: Any = getattr(interactor, "torun", None)
+        try:
+            if hasattr(torun, "lock"):
+                with torun.lock() as queue:
+                    pending = list(queue)
+            else:
+                pending = list(getattr(torun, "queue", ()))
+        except Exception:  # whatever a future xdist keeps there: prefetch in plan order instead
+            return ()
+        following = getattr(interactor, "nextitem_index", None)
+        if isinstance(following, int):
+            pending.insert(0, following)
+        return [plan_index[i] for i in pending if isinstance(i, int) and i in plan_index]
+
+    return upcoming
 
 
 def alive(pid: int) -> bool:

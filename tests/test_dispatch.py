@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -176,14 +177,16 @@ def test_published_outcomes_read_back_equal(tmp_path: Path) -> None:
         tokens={"total_tokens": 7},
     )
     assert board.read(outcome.nodeid) is None
+    assert board.claim(outcome.nodeid)
+    assert board.state(outcome.nodeid) == (board.pid, None)
     board.publish(outcome)
-    assert board.read(outcome.nodeid) == outcome
+    assert ClaimBoard(tmp_path).state(outcome.nodeid) == (board.pid, replace(outcome, request=None))
     assert TrialOutcome.from_json({**outcome.to_json(), "future_field": 1}) == outcome
 
 
 def test_a_claim_left_empty_by_a_dead_writer_expires(tmp_path: Path) -> None:
     board = ClaimBoard(tmp_path)
-    path = Path(board._base("n") + ".claim")
+    path = Path(board._path("n"))
     path.touch()
     assert board.claimant("n") == -1  # being written: alive
     os.utime(path, (time.time() - 60, time.time() - 60))
