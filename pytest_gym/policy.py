@@ -23,6 +23,7 @@ against a real Gym.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -74,6 +75,7 @@ class PolicyState:
         self.max_in_flight = 0
         self.first_call: float | None = None
         self.last_call: float | None = None
+        self.auth_digests: set[str] = set()
 
     def count(self, route: str) -> tuple[int, Script]:
         with self.lock:
@@ -109,6 +111,9 @@ class PolicyState:
                 "max_in_flight": self.max_in_flight,
                 "first_call": self.first_call,
                 "last_call": self.last_call,
+                # Which credentials reached the model, as SHA-256 digests: tests prove a key was used
+                # without the key itself ever being written anywhere.
+                "auth_sha256": sorted(self.auth_digests),
             }
 
 
@@ -252,6 +257,10 @@ class PolicyHandler(BaseHTTPRequestHandler):
         """(status, JSON payload, raw body) for one model call, after the scripted latency or fault."""
         state = self.server.state
         number, script = state.count(route)
+        auth = self.headers.get("Authorization")
+        if auth:
+            with state.lock:
+                state.auth_digests.add(hashlib.sha256(auth.encode()).hexdigest())
         if script.latency_ms > 0:
             time.sleep(script.latency_ms / 1000.0)
         if script.fault_every > 0 and number % script.fault_every == 0:
@@ -309,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         pass
     finally:
         server.server_close()
+        print(f"pytest-gym scripted policy stopped; stats: {json.dumps(server.state.stats())}", flush=True)
     return 0
 
 

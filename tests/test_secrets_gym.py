@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 
 import pytest
@@ -51,3 +52,6 @@ def test_policy_key_appears_in_no_file_and_no_output(
     leaks = [str(p) for p in files if MARKER.encode() in p.read_bytes()]
     assert leaks == []
     assert MARKER not in result.stdout.str() + result.stderr.str()
+    # ... and yet the key did reach the model, through Gym: the policy logs digests of what it received.
+    used = hashlib.sha256(f"Bearer {MARKER}".encode()).hexdigest()
+    assert used in (pytester.path / "run" / "policy.log").read_text()
