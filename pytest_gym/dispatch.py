@@ -38,7 +38,7 @@ from pytest_gym.results import TrialOutcome, TrialSpec
 from pytest_gym.secrets import mask_secrets
 
 if TYPE_CHECKING:
-    from pytest_gym.xdist import ClaimBoard
+    from pytest_gym.xdist import ClaimBoard, GlobalSlots
 
 #: Seconds a worker waits beyond the trial timeout for a trial another live worker claimed.
 CLAIM_WAIT_MARGIN_S = 30.0
@@ -93,6 +93,7 @@ class Dispatcher:
         default_agent: str | None,
         lookahead: int | None = None,
         board: ClaimBoard | None = None,
+        global_slots: GlobalSlots | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.concurrency = max(1, concurrency)
@@ -100,6 +101,7 @@ class Dispatcher:
         self.trial_timeout = trial_timeout
         self.default_agent = default_agent
         self.board = board
+        self.global_slots = global_slots
         self.listeners: list[Callable[[TrialOutcome], None]] = []
         #: Problems that did not stop a trial but should be reported (a listener or the board failed).
         self.problems: list[str] = []
@@ -383,10 +385,15 @@ class Dispatcher:
 
     async def _run(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome]) -> None:
         try:
+            slot = await self._global_slot()
             try:
                 outcome = await self._rollout(spec)
             except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
                 outcome = self._fault(spec, "internal", f"pytest-gym failed to run this trial: {exc!r}")
+            finally:
+                if slot is not None:
+                    assert self.global_slots is not None
+                    self.global_slots.release(slot)
         except asyncio.CancelledError:
             self._slots.release()
             if self.board is not None:
@@ -407,6 +414,16 @@ class Dispatcher:
                 if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:
                     self._running.pop(spec.nodeid, None)
         future.set_result(outcome)
+
+    async def _global_slot(self) -> int | None:
+        """One of the run's C slot files, when the workers outnumber the slots (else None: not needed)."""
+        if self.global_slots is None:
+            return None
+        pause = _POLL_MIN_S
+        while (slot := self.global_slots.try_acquire()) is None:
+            await asyncio.sleep(pause)
+            pause = min(_POLL_MAX_S, pause * 1.5)
+        return slot
 
     def _guard(self, what: str, call: Callable[..., object], *args: object) -> None:
         try:
@@ -504,6 +521,8 @@ class Dispatcher:
         await self._http.aclose()
         if self.board is not None:
             self.board.close()
+        if self.global_slots is not None:
+            self.global_slots.close()
 
 
 def row_agent(row: dict[str, object]) -> str | None:

@@ -31,7 +31,7 @@ from pytest_gym.report.artifacts import (
 from pytest_gym.results import TrialSpec
 from pytest_gym.secrets import mask_secrets
 from pytest_gym.settings import GymSettings
-from pytest_gym.xdist import BOARD_DIR, ClaimBoard, worker_share
+from pytest_gym.xdist import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
 
 RUNS_DIR = Path(".pytest_gym") / "runs"
 
@@ -141,6 +141,9 @@ class GymRun:
             self.server = GymServer(endpoint, self.settings, default_agent)
             # Workers share the trials through claim files in the run folder; alone, all stays in memory.
             board = ClaimBoard(self.run_dir / BOARD_DIR) if self.worker is not None else None
+            # More workers than slots: each worker has one, and C lock files keep the whole run within C.
+            shared = self.worker is not None and self.worker[1] > self.settings.concurrency
+            global_slots = GlobalSlots(self.run_dir / BOARD_DIR, self.settings.concurrency) if shared else None
             self.dispatcher = Dispatcher(
                 endpoint,
                 concurrency=self.concurrency,
@@ -148,6 +151,7 @@ class GymRun:
                 default_agent=default_agent,
                 lookahead=max(64, 4 * self.settings.concurrency),
                 board=board,
+                global_slots=global_slots,
             )
             self.writer = RunFolderWriter(self.run_dir)
             self.dispatcher.listeners.append(self.writer.record)

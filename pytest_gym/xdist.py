@@ -13,7 +13,9 @@ takeover file per dead pid decides which). Without xdist none of this exists:
 results stay in memory.
 
 ``--gym-concurrency C`` is the budget of the whole run: worker ``i`` of ``n``
-gets ``C // n``, plus one for the first ``C % n`` workers (at least one each).
+gets ``C // n``, plus one for the first ``C % n`` workers. With fewer slots than
+workers (C < n) each worker gets one, and a rollout must also hold one of C
+lock files in the run folder (``GlobalSlots``), so C still bounds the run.
 
 This module imports no xdist: ``XdistHooks`` is registered only when xdist is
 installed, the rest is plain files.
@@ -22,6 +24,7 @@ installed, the rest is plain files.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -183,6 +186,44 @@ class ClaimBoard:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+class GlobalSlots:
+    """C slots shared by the processes of a run: a rollout holds an ``flock`` on one of C files.
+
+    Only used when there are more xdist workers than slots; otherwise the static split is exact and free.
+    """
+
+    def __init__(self, folder: Path, size: int) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._fds = [
+            os.open(folder / f"slot-{i}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644) for i in range(size)
+        ]
+        self._held: set[int] = set()
+
+    def try_acquire(self) -> int | None:
+        """A free slot, now held by this process; None when all are held."""
+        for index, fd in enumerate(self._fds):
+            if index in self._held:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            self._held.add(index)
+            return index
+        return None
+
+    def release(self, index: int) -> None:
+        self._held.discard(index)
+        fcntl.flock(self._fds[index], fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing the file drops its lock
+        self._fds = []
+        self._held.clear()
+
+
 def session_plan(session: pytest.Session) -> tuple[list[TrialSpec], Callable[[], Sequence[int]] | None]:
     """The session's trials in run order, and (on an xdist worker) which of them it was handed, next first."""
     indices = [i for i, item in enumerate(session.items) if isinstance(item, GymTrial)]
@@ -242,13 +283,4 @@ class XdistHooks:
         """Send the run folder to each worker: they share the controller's deployment."""
         from pytest_gym.plugin import RUN_KEY, WORKER_RUN_DIR
 
-        run = self.config.stash[RUN_KEY]
-        node.workerinput[WORKER_RUN_DIR] = str(run.run_dir)
-        count = int(node.workerinput.get("workercount", 1))
-        concurrency = run.settings.concurrency
-        note = (
-            f"--gym-concurrency {concurrency} is below the {count} xdist workers: each worker still runs one "
-            f"rollout at a time, so up to {count} are in flight"
-        )
-        if count > concurrency and note not in run.notes:
-            run.notes.append(note)
+        node.workerinput[WORKER_RUN_DIR] = str(self.config.stash[RUN_KEY].run_dir)

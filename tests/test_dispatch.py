@@ -27,7 +27,7 @@ from pytest_gym.dataset import read_tasks
 from pytest_gym.deployment import GymEndpoint
 from pytest_gym.dispatch import Dispatcher
 from pytest_gym.results import TrialOutcome, TrialSpec
-from pytest_gym.xdist import ClaimBoard, alive, worker_share, worker_slot
+from pytest_gym.xdist import ClaimBoard, GlobalSlots, alive, worker_share, worker_slot
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -306,6 +306,41 @@ def test_two_workers_run_every_trial_once(fake: FakeRun, tmp_path: Path) -> None
     assert all(outcome.reward == 1.0 for outcome in results.values())
     # Each rollout is recorded once, by the process that ran it.
     assert sorted(recorded[0] + recorded[1]) == sorted(s.nodeid for s in specs)
+
+
+def test_global_slots_are_shared_by_their_holders(tmp_path: Path) -> None:
+    first, second = GlobalSlots(tmp_path, 2), GlobalSlots(tmp_path, 2)
+    assert first.try_acquire() == 0
+    assert second.try_acquire() == 1
+    assert first.try_acquire() is None
+    assert second.try_acquire() is None
+    second.release(1)
+    assert first.try_acquire() == 1
+    first.close()  # closing releases what it held
+    assert second.try_acquire() == 0
+    second.close()
+
+
+def test_more_workers_than_slots_stay_within_the_slots(fake: FakeRun, tmp_path: Path) -> None:
+    """Three workers, one rollout each at a time, two run-wide slots: never more than two in flight."""
+    fake.delay = 0.05
+    specs = make_specs(tmp_path, 12)
+    board_dir = tmp_path / "board"
+    workers = [
+        make_dispatcher(fake, concurrency=1, board=ClaimBoard(board_dir), global_slots=GlobalSlots(board_dir, 2))
+        for _ in range(3)
+    ]
+    for dispatcher in workers:
+        dispatcher.plan(specs)
+    threads = [threading.Thread(target=lambda i=i: [workers[i].result(spec) for spec in specs[i::3]]) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for dispatcher in workers:
+        dispatcher.close()
+    assert len(fake.calls) == len(set(fake.calls)) == 12
+    assert fake.max_in_flight == 2
 
 
 def test_a_dead_workers_claim_is_taken_over(fake: FakeRun, tmp_path: Path) -> None:

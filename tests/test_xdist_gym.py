@@ -128,6 +128,15 @@ def test_concurrency_bounds_the_whole_run(
         assert elapsed < 4.2, f"took {elapsed:.1f} s"
 
 
+def test_fewer_slots_than_workers_still_bound_the_run(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
+    gym.script(latency_ms=200)
+    result = pytester.runpytest(*attach(gym, "--gym-repeats", "2", "--gym-concurrency", "1"), "-n", "2")
+    result.assert_outcomes(passed=4, failed=6)
+    seen = stats(gym)
+    assert seen["calls"] == 10
+    assert seen["max_in_flight"] == 1
+
+
 def test_a_crashed_workers_claim_is_taken_over(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
     """A claim whose process is gone does not block the run: one worker takes the trial over."""
     run_dir = pytester.path / "run"
