@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from pytest_gym.retry import INFRA_FAILURE_KINDS
 from pytest_gym.secrets import mask_secrets
+
+if TYPE_CHECKING:
+    import httpx
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _EXCERPT = 200
@@ -78,6 +79,8 @@ async def post_run(
     client: httpx.AsyncClient, url: str, body: dict[str, Any], timeout: float, reward_key: str
 ) -> tuple[dict[str, Any], float, float]:
     """One rollout: (answer, reward, latency in seconds), or TrialFault."""
+    import httpx  # imported when used (start-up time)
+
     started = time.perf_counter()
     try:
         async with client.stream("POST", url, json=body, timeout=timeout) as response:

@@ -24,9 +24,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-from omegaconf import OmegaConf
-
 from pytest_gym.processes import log_tail, pid_alive, spawn_group, stop_group
 from pytest_gym.secrets import POLICY_KEY_ENV
 from pytest_gym.settings import GymSettings
@@ -103,6 +100,9 @@ def _environment_servers_by_agent(config: Any) -> dict[str, str]:
 
 def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
     """Ask a running head server for its servers and how rows reach each agent."""
+    import httpx  # imported when used: pytest start-up is paid by every run and every xdist worker
+    from omegaconf import OmegaConf
+
     head_url = head_url.rstrip("/")
     try:
         with httpx.Client(timeout=timeout, trust_env=False) as client:
@@ -248,6 +248,8 @@ def start_policy(settings: GymSettings, run_dir: Path, timeout: float = 20.0) ->
 def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout
     last = "no answer yet"
+    import httpx
+
     with httpx.Client(timeout=2.0, trust_env=False) as client:
         while time.monotonic() < deadline:
             code = proc.poll()

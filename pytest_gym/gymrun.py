@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from pytest_gym.client import TrialFault, build_request, parse_answer
 from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, discover, read_state, release
 from pytest_gym.dispatch import Dispatcher, row_agent
@@ -93,6 +91,8 @@ class GymServer:
         if name is None:
             raise GymError(f"no agent for this row: pass agent=..., one of {', '.join(self.agents)}")
         url = self.endpoint.route_for(name)
+        import httpx  # imported when used (start-up time)
+
         body = build_request(row, name, task_index, repeat)
         limit = timeout or self.settings.trial_timeout
         try:
@@ -194,6 +194,8 @@ class GymRun:
             ref = record.get("agent_ref")
             agent = ref.get("name") if isinstance(ref, dict) else None
             by_agent.setdefault(str(agent or (endpoint.agents[0] if endpoint.agents else "")), []).append(record)
+        import httpx
+
         entries = []
         with httpx.Client(trust_env=False, timeout=120) as client:
             for agent, group in by_agent.items():

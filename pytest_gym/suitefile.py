@@ -11,9 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from pytest_gym.gates import GateSyntaxError, parse_gate
@@ -47,6 +44,10 @@ def is_suite_file(path: Path) -> bool:
 
 
 def load_suite_file(path: Path) -> SuiteFile:
+    import yaml  # imported when a suite file is read: pytest start-up is paid by every run
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
     try:
         raw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     except (OmegaConfBaseException, OSError, ValueError, yaml.YAMLError) as exc:
