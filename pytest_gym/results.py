@@ -45,6 +45,7 @@ class TrialOutcome:
     http_status: int | None = None
     agent: str | None = None
     tokens: dict[str, int] = field(default_factory=dict)
+    reused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -66,6 +67,8 @@ class TrialOutcome:
                 props.append((f"gym_{name}", self.tokens[name]))
         if self.error_class:
             props.append(("gym_error_class", self.error_class))
+        if self.reused:
+            props.append(("gym_reused", True))
         return props
 
     def to_json(self) -> dict[str, Any]:
