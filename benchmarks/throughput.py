@@ -42,8 +42,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -147,11 +148,12 @@ async def _bare(url: str, bodies: Sequence[dict[str, Any]], concurrency: int) ->
     return rewarded
 
 
-def run_bare(endpoint: GymEndpoint, bodies: Sequence[dict[str, Any]], concurrency: int) -> tuple[float, str]:
+def run_bare(endpoint: GymEndpoint, bodies: Sequence[dict[str, Any]], concurrency: int) -> tuple[float, str, bool]:
     started, cpu = time.perf_counter(), time.process_time()
     rewarded = asyncio.run(asyncio.wait_for(_bare(endpoint.route_for(AGENT), bodies, concurrency), RUN_TIMEOUT_S))
     seconds = time.perf_counter() - started
-    return seconds, f"cpu {time.process_time() - cpu:.2f} s, {rewarded}/{len(bodies)} rewarded"
+    detail = f"cpu {time.process_time() - cpu:.2f} s, {rewarded}/{len(bodies)} rewarded"
+    return seconds, detail, rewarded == len(bodies)
 
 
 @dataclass
@@ -277,7 +279,9 @@ class Case:
         return f"L={self.latency_ms:g}ms C={self.concurrency}"
 
 
-def measure(policy: Policy, expected_calls: int, method: str, run: Any) -> Measurement:
+def measure(
+    policy: Policy, expected_calls: int, method: str, run: Callable[[], tuple[float, str, bool]]
+) -> Measurement:
     policy.set(reset_stats=True)
     started = time.time()
     seconds, detail, ok = run()
@@ -319,24 +323,37 @@ def throughput(options: argparse.Namespace, endpoint: GymEndpoint, policy: Polic
     policy.set(latency_ms=0)
     asyncio.run(_bare(endpoint.route_for(AGENT), bodies[: min(64, trials)], 8))
     url, reps = endpoint.head_url, options.repeats
+    runs: dict[str, dict[str, list[Measurement]]] = {case.label: {} for case in cases}
+    for round_number in range(options.rounds):
+        for number, case in enumerate(cases):
+            policy.set(latency_ms=case.latency_ms, reset_stats=True)
+            c = case.concurrency
+            print(
+                f"  {case.label}" + (f" (round {round_number + 1} of {options.rounds})" if options.rounds > 1 else "")
+            )
+            tag = f"{round_number}-{number}-{case.latency_ms:g}-{c}"
+            runners: dict[str, Callable[[], tuple[float, str, bool]]] = {
+                "bare": partial(run_bare, endpoint, bodies, c),
+                "gym eval run": partial(
+                    run_gym_eval, options.gym_cli, head_port, rows_path, reps, c, work / f"gym-eval-{tag}"
+                ),
+                "pytest": partial(run_pytest, options, url, rows_path, reps, c, work / f"pytest-{tag}"),
+                "pytest -n 2": partial(
+                    run_pytest, options, url, rows_path, reps, c, work / f"pytest-n2-{tag}", ["-n", "2"]
+                ),
+            }
+            for method, run in runners.items():
+                if method in methods:
+                    runs[case.label].setdefault(method, []).append(measure(policy, trials, method, run))
+    # With several rounds, each method's median run stands for it (all runs must have been correct).
     results: dict[str, Any] = {}
-    for number, case in enumerate(cases):
-        policy.set(latency_ms=case.latency_ms, reset_stats=True)
-        c = case.concurrency
-        print(f"  {case.label}")
-        tag = f"{number}-{case.latency_ms:g}-{c}"
-        runners = {
-            "bare": lambda c=c: (*run_bare(endpoint, bodies, c), True),
-            "gym eval run": lambda c=c, tag=tag: run_gym_eval(
-                options.gym_cli, head_port, rows_path, reps, c, work / f"gym-eval-{tag}"
-            ),
-            "pytest": lambda c=c, tag=tag: run_pytest(options, url, rows_path, reps, c, work / f"pytest-{tag}"),
-            "pytest -n 2": lambda c=c, tag=tag: run_pytest(
-                options, url, rows_path, reps, c, work / f"pytest-n2-{tag}", ["-n", "2"]
-            ),
-        }
-        row = [measure(policy, trials, method, run) for method, run in runners.items() if method in methods]
-        results[case.label] = {m.method: m for m in row}
+    for label, by_method in runs.items():
+        row = {}
+        for method, measured in by_method.items():
+            median = sorted(measured, key=lambda m: m.seconds)[len(measured) // 2]
+            median.ok = all(m.ok for m in measured)
+            row[method] = median
+        results[label] = row
     return results
 
 
@@ -373,7 +390,7 @@ def collection(options: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def report(throughput_results: dict[str, Any], collect_results: dict[str, Any]) -> bool:
     all_ok = True
-    print("\n== ratios (wall time / bare client) ==")
+    print("\n== ratios (wall time / bare client; with --rounds N, of the medians) ==")
     for label, row in throughput_results.items():
         bare = row["bare"].seconds
         parts = [f"{m.method} {m.seconds / bare:.2f}x" for m in row.values() if m.method != "bare"]
@@ -426,6 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gym-cli", help="the gym executable (default: $PYTEST_GYM_CLI or .venvs/gym/bin/gym)")
     parser.add_argument("--with-failures", action="store_true", help="keep min reward 1: 60%% of trials fail")
     parser.add_argument("--keep-plugins", action="store_true", help="do not disable unrelated pytest plugins")
+    parser.add_argument("--rounds", type=int, default=1, help="measure every case this often; report medians")
     parser.add_argument("--case", action="append", default=[], metavar="L:C", help="only this case (repeatable)")
     parser.add_argument(
         "--method", action="append", choices=("gym eval run", "pytest", "pytest -n 2"), help="only this method"
@@ -457,14 +475,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             throughput_results = throughput(options, endpoint, Policy(options.policy_url), work)
         elif options.only in (None, "throughput"):
             options.gym_cli = find_gym_cli(options.gym_cli)
-            settings = GymSettings(
-                resources_server="mcqa",
-                policy="scripted",
-                policy_answer="\\boxed{E}",
-                cli=options.gym_cli,
-                server_venv="auto",
-                shutdown_grace=20,
-                startup_timeout=300,
+            settings = GymSettings.model_validate(
+                {
+                    "resources_server": "mcqa",
+                    "policy": "scripted",
+                    "policy_answer": "\\boxed{E}",
+                    "cli": options.gym_cli,
+                    "server_venv": "auto",
+                    "shutdown_grace": 20,
+                    "startup_timeout": 300,
+                }
             )
             print("starting Gym (mcqa + scripted policy) ...", flush=True)
             started_at = time.perf_counter()

@@ -100,15 +100,22 @@ def _environment_servers_by_agent(config: Any) -> dict[str, str]:
 
 def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
     """Ask a running head server for its servers and how rows reach each agent."""
-    import httpx  # imported when used: pytest start-up is paid by every run and every xdist worker
-    from omegaconf import OmegaConf
+    import yaml  # imported when used: pytest start-up is paid by every run and every xdist worker
+
+    from pytest_gym.fasthttp import FetchError, fetch
 
     head_url = head_url.rstrip("/")
+
+    def get_json(route: str) -> Any:
+        status, data = fetch("GET", f"{head_url}/{route}", timeout=timeout)
+        if status >= 400:
+            raise FetchError(f"HTTP {status} from {head_url}/{route}")
+        return json.loads(data)
+
     try:
-        with httpx.Client(timeout=timeout, trust_env=False) as client:
-            instances = client.get(f"{head_url}/server_instances").raise_for_status().json()
-            config_text = client.get(f"{head_url}/global_config_dict_yaml").raise_for_status().json()
-    except (httpx.HTTPError, ValueError) as exc:
+        instances = get_json("server_instances")
+        config_text = get_json("global_config_dict_yaml")
+    except (FetchError, ValueError) as exc:
         raise GymError(f"cannot read Gym's servers from {head_url}: {exc}") from None
     servers = [
         ServerInstance(
@@ -120,9 +127,10 @@ def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
         )
         for s in instances
     ]
-    # The config may hold the policy key unmasked: it is parsed here and never written out.
+    # The config may hold the policy key unmasked: it is parsed here and never written out. Plain YAML:
+    # interpolations such as ${oc.env:...} stay unresolved strings (only the servers' names are read).
     try:
-        config = OmegaConf.to_container(OmegaConf.create(config_text), resolve=False)
+        config = yaml.load(config_text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception as exc:
         raise GymError(
             f"cannot parse Gym's config from {head_url}/global_config_dict_yaml: {type(exc).__name__}"

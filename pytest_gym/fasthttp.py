@@ -14,6 +14,10 @@ of those on these routes).
 Errors are plain exceptions (``OSError``, ``asyncio.IncompleteReadError``,
 ``ProtocolError``, ``BodyTooLarge``); ``pytest_gym.client`` style faults are
 made from them by the caller.
+
+``fetch`` is the blocking counterpart for the few other calls a run makes
+(discovering the servers, Gym's ``/aggregate_metrics``), on the standard
+library, so that no HTTP package is imported at start-up.
 """
 
 from __future__ import annotations
@@ -29,6 +33,35 @@ from urllib.parse import urlsplit
 MAX_IDLE_S = 2.0
 _LINE_LIMIT = 64 * 1024
 _MAX_HEADERS = 200
+
+
+class FetchError(Exception):
+    """A blocking request failed before an HTTP status came back (no connection, timeout, garbage)."""
+
+
+def fetch(
+    method: str, url: str, body: bytes | None = None, timeout: float = 10.0, content_type: str = "application/json"
+) -> tuple[int, bytes]:
+    """One blocking request on a fresh connection: (status, body). Raises FetchError."""
+    import http.client
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FetchError(f"not an http(s) URL: {url!r}")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    connection_type = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    connection = connection_type(parts.hostname, parts.port, timeout=timeout)
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = content_type
+    try:
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise FetchError(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        connection.close()
 
 
 class ProtocolError(Exception):

@@ -8,6 +8,8 @@ recorded there.
 
 from __future__ import annotations
 
+import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +20,7 @@ from typing import Any
 from pytest_gym.client import TrialFault, build_request, parse_answer
 from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, discover, read_state, release
 from pytest_gym.dispatch import Dispatcher, row_agent
+from pytest_gym.fasthttp import FetchError, fetch
 from pytest_gym.report.artifacts import (
     ROLLOUTS_FILE,
     RunFolderWriter,
@@ -32,6 +35,8 @@ from pytest_gym.settings import GymSettings
 from pytest_gym.xdist import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
 
 RUNS_DIR = Path(".pytest_gym") / "runs"
+#: In attach mode, the servers a worker discovered, so that the controller need not ask Gym again.
+ATTACHED_FILE = "attached.json"
 
 
 def new_run_dir(rootdir: Path) -> Path:
@@ -137,6 +142,8 @@ class GymRun:
             except GymError as exc:
                 self.error = str(exc)
                 raise
+            if self.settings.url and self.worker is not None:
+                self._record_attached(endpoint)
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
             self.server = GymServer(endpoint, self.settings, default_agent)
             # Workers share the trials through claim files in the run folder; alone, all stays in memory.
@@ -158,6 +165,18 @@ class GymRun:
             self.dispatcher.plan(planned, upcoming)
         return self.server
 
+    def _record_attached(self, endpoint: GymEndpoint) -> None:
+        target = self.run_dir / ATTACHED_FILE
+        if target.exists():
+            return
+        tmp = self.run_dir / f".{ATTACHED_FILE}.{os.getpid()}.tmp"
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(endpoint.to_json()), encoding="utf-8")
+            os.replace(tmp, target)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
     def stop_dispatch(self) -> None:
         if self.dispatcher is not None:
             self.dispatcher.stop()
@@ -176,7 +195,10 @@ class GymRun:
         if self.server is not None:
             return self.server.endpoint
         if self.settings.url:
-            return discover(self.settings.url)
+            try:
+                return GymEndpoint.from_json(json.loads((self.run_dir / ATTACHED_FILE).read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError, TypeError):
+                return discover(self.settings.url)
         state = read_state(self.run_dir) or {}
         return GymEndpoint.from_json(state["endpoint"]) if "endpoint" in state else None
 
@@ -194,18 +216,16 @@ class GymRun:
             ref = record.get("agent_ref")
             agent = ref.get("name") if isinstance(ref, dict) else None
             by_agent.setdefault(str(agent or (endpoint.agents[0] if endpoint.agents else "")), []).append(record)
-        import httpx
-
         entries = []
-        with httpx.Client(trust_env=False, timeout=120) as client:
-            for agent, group in by_agent.items():
-                url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
-                try:
-                    response = client.post(url, json=aggregate_request_from_records(group))
-                    response.raise_for_status()
-                    entries.append(aggregate_entry(agent, response.json()))
-                except (httpx.HTTPError, ValueError) as exc:
-                    self.notes.append(mask_secrets(f"Gym's /aggregate_metrics failed for {agent}: {exc}"))
+        for agent, group in by_agent.items():
+            url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
+            try:
+                status, data = fetch("POST", url, json.dumps(aggregate_request_from_records(group)).encode(), 120)
+                if status >= 400:
+                    raise FetchError(f"HTTP {status}: {data[:200].decode('utf-8', 'replace')}")
+                entries.append(aggregate_entry(agent, json.loads(data)))
+            except (FetchError, GymError, ValueError) as exc:
+                self.notes.append(mask_secrets(f"Gym's /aggregate_metrics failed for {agent}: {exc}"))
         if entries:
             write_aggregate_metrics(self.run_dir, entries)
         return entries

@@ -284,3 +284,18 @@ class XdistHooks:
         from pytest_gym.plugin import RUN_KEY, WORKER_RUN_DIR
 
         node.workerinput[WORKER_RUN_DIR] = str(self.config.stash[RUN_KEY].run_dir)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """A worker waits now until every worker collected and the controller hands out items: use that
+        time to reach Gym and start prefetching (claims keep the workers from running a trial twice)."""
+        config = session.config
+        if not hasattr(config, "workerinput") or config.option.collectonly or getattr(config.option, "setupplan", 0):
+            return
+        from pytest_gym.deployment import GymError
+        from pytest_gym.plugin import RUN_KEY
+
+        planned, upcoming = session_plan(session)
+        if planned:
+            with contextlib.suppress(GymError):  # recorded: the trials' gym_server fixture reports it
+                config.stash[RUN_KEY].open(planned, upcoming)
