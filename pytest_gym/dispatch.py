@@ -25,6 +25,7 @@ import collections
 import concurrent.futures
 import contextlib
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -46,6 +47,30 @@ _POLL_MIN_S = 0.0005
 _POLL_MAX_S = 0.02
 #: How often an idle feeder looks at the xdist worker's queue again.
 _QUEUE_POLL_S = 0.02
+#: The interpreter's thread switch interval while rollouts run. The dispatcher thread mostly waits on
+#: sockets; when an answer arrives it should not wait the default 5 ms for pytest's thread to give up the
+#: GIL: with few rollouts in flight that wait is on every trial's critical path.
+SWITCH_INTERVAL_S = 0.0005
+
+
+_switching_lock = threading.Lock()
+_switching_users = 0
+_switch_interval_before = 0.005
+
+
+def _fast_switching(on: bool) -> None:
+    """Lower the switch interval while any dispatcher runs; restore it when the last one closes."""
+    global _switching_users, _switch_interval_before
+    with _switching_lock:
+        if on:
+            if _switching_users == 0:
+                _switch_interval_before = sys.getswitchinterval()
+                sys.setswitchinterval(min(_switch_interval_before, SWITCH_INTERVAL_S))
+            _switching_users += 1
+        else:
+            _switching_users -= 1
+            if _switching_users == 0:
+                sys.setswitchinterval(_switch_interval_before)
 
 
 class _Slots:
@@ -122,6 +147,8 @@ class Dispatcher:
         self._feeder_waiting = False
         self._stopping = False
         self._closing = False
+        _fast_switching(True)
+        self._switched = True
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
         self._thread.start()
@@ -173,7 +200,6 @@ class Dispatcher:
 
     def close(self) -> None:
         """End of the session: with a board, let the rollouts in flight finish first; then shut down."""
-
         if self.board is not None and not self._stopping and self._loop.is_running():
             self._closing = True
             drain = asyncio.run_coroutine_threadsafe(self._drain(), self._loop)
@@ -186,6 +212,9 @@ class Dispatcher:
             asyncio.run_coroutine_threadsafe(self._aclose(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+        if self._switched:
+            self._switched = False
+            _fast_switching(False)
 
     @property
     def in_flight(self) -> int:

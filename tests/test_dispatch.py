@@ -402,3 +402,15 @@ def test_a_stopped_worker_gives_its_claims_back(fake: FakeRun, tmp_path: Path) -
     reader = ClaimBoard(board_dir)
     assert [reader.claimant(s.nodeid) for s in specs] == [None, None]
     assert [reader.read(s.nodeid) for s in specs] == [None, None]
+
+
+def test_the_switch_interval_is_lowered_while_dispatchers_run(fake: FakeRun, tmp_path: Path) -> None:
+    before = sys.getswitchinterval()
+    first = make_dispatcher(fake, concurrency=1)
+    second = make_dispatcher(fake, concurrency=1)
+    assert sys.getswitchinterval() == min(before, dispatch.SWITCH_INTERVAL_S)
+    first.close()
+    assert sys.getswitchinterval() == min(before, dispatch.SWITCH_INTERVAL_S)
+    second.close()
+    second.close()
+    assert sys.getswitchinterval() == before
