@@ -36,6 +36,7 @@ from pytest_gym.dataset import DatasetError
 from pytest_gym.deployment import GymEndpoint, GymError
 from pytest_gym.fasthttp import BodyTooLarge, HTTPPool, ProtocolError
 from pytest_gym.results import TrialOutcome, TrialSpec
+from pytest_gym.retry import backoff_s, is_retryable
 from pytest_gym.secrets import mask_secrets
 
 if TYPE_CHECKING:
@@ -119,8 +120,13 @@ class Dispatcher:
         lookahead: int | None = None,
         board: ClaimBoard | None = None,
         global_slots: GlobalSlots | None = None,
+        retries: int = 0,
+        skip: frozenset[str] = frozenset(),
     ) -> None:
         self.endpoint = endpoint
+        self.retries = max(0, retries)
+        #: Trials never to roll out here (their results are reused from an earlier run).
+        self.skip = skip
         self.concurrency = max(1, concurrency)
         self.lookahead = max(1, lookahead if lookahead is not None else max(64, 4 * self.concurrency))
         self.trial_timeout = trial_timeout
@@ -323,8 +329,8 @@ class Dispatcher:
             self._progress.set()
 
     def _known(self, nodeid: str) -> bool:
-        """Started by this process, or (with a board) claimed by any."""
-        if nodeid in self._started:
+        """Started by this process, reused, or (with a board) claimed by any."""
+        if nodeid in self._started or nodeid in self.skip:
             return True
         return self.board is not None and self.board.claimed(nodeid)
 
@@ -518,7 +524,7 @@ class Dispatcher:
             url = self.endpoint.route_for(agent)
             body = build_request(row, agent if spec.agent or not own else None, spec.task_index, spec.repeat)
             outcome.request = body
-            answer, reward, latency = await self._post(url, body, spec.reward_key)
+            answer, reward, latency = await self._post_with_retries(url, body, spec.reward_key, outcome)
         except TrialFault as fault:
             outcome.error_class, outcome.error, outcome.http_status = (
                 fault.error_class,
@@ -532,6 +538,24 @@ class Dispatcher:
         outcome.answer, outcome.reward, outcome.latency_s = answer, reward, latency
         outcome.tokens = token_usage(answer)
         return outcome
+
+    async def _post_with_retries(
+        self, url: str, body: dict[str, Any], reward_key: str, outcome: TrialOutcome
+    ) -> tuple[dict[str, Any], float, float]:
+        """POST, and again after an infrastructure fault (never after a reward), up to ``retries`` more times."""
+        attempt = 1
+        while True:
+            outcome.attempts = attempt
+            try:
+                return await self._post(url, body, reward_key)
+            except TrialFault as fault:
+                if attempt > self.retries or not is_retryable(fault.error_class, fault.http_status):
+                    if attempt > 1:
+                        fault.message = f"{fault.message} (after {attempt} attempts)"
+                    raise
+                self.counts["retries"] += 1
+                await asyncio.sleep(backoff_s(attempt))
+                attempt += 1
 
     async def _drain(self) -> None:
         self._wake()

@@ -30,6 +30,7 @@ from pytest_gym.report.artifacts import (
     write_aggregate_metrics,
 )
 from pytest_gym.results import TrialSpec
+from pytest_gym.resume import write_run_info
 from pytest_gym.secrets import mask_secrets
 from pytest_gym.settings import GymSettings
 from pytest_gym.xdist import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
@@ -132,8 +133,13 @@ class GymRun:
         index, count = self.worker
         return worker_share(self.settings.concurrency, count, index)
 
-    def open(self, planned: Sequence[TrialSpec], upcoming: Callable[[], Sequence[int]] | None = None) -> GymServer:
-        """Acquire the deployment and start dispatching ``planned`` (once per process)."""
+    def open(
+        self,
+        planned: Sequence[TrialSpec],
+        upcoming: Callable[[], Sequence[int]] | None = None,
+        skip: frozenset[str] = frozenset(),
+    ) -> GymServer:
+        """Acquire the deployment and start dispatching ``planned`` but ``skip`` (once per process)."""
         if self.error is not None:
             raise GymError(self.error)
         if self.server is None:
@@ -159,7 +165,10 @@ class GymRun:
                 lookahead=max(64, 4 * self.settings.concurrency),
                 board=board,
                 global_slots=global_slots,
+                retries=self.settings.retries,
+                skip=skip,
             )
+            write_run_info(self.run_dir, self.settings)
             self.writer = RunFolderWriter(self.run_dir)
             self.dispatcher.listeners.append(self.writer.record)
             self.dispatcher.plan(planned, upcoming)

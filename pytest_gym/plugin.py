@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Generator
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 
 from pytest_gym import hookspecs
 from pytest_gym.deployment import GymError
+from pytest_gym.errorbudget import parse_error_budget
 from pytest_gym.exporters import ExportResult
 from pytest_gym.gates import Gate
 from pytest_gym.gymrun import GymRun, GymServer, check_run_dir_unused, new_run_dir
@@ -22,11 +22,12 @@ from pytest_gym.report.terminal import summary_lines
 from pytest_gym.results import TrialOutcome
 from pytest_gym.settings import GymSettings, add_options, resolve
 from pytest_gym.suitefile import is_suite_file, suite_settings
-from pytest_gym.verdict import raise_fault
+from pytest_gym.trial import TrialContext, trial_outcome
 from pytest_gym.verdicts import RunResults, SuiteSettings, SuiteVerdict, parse_gates
 from pytest_gym.xdist import session_plan, worker_slot
 
 RUN_KEY = pytest.StashKey[GymRun]()
+TRIALS_KEY = pytest.StashKey[TrialContext]()
 RESULTS_KEY = pytest.StashKey[RunResults]()
 VERDICTS_KEY = pytest.StashKey[list[SuiteVerdict]]()
 EXPORTS_KEY = pytest.StashKey[list[tuple[str, ExportResult]]]()
@@ -59,6 +60,12 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"pytest-gym: {problem}")
     _add_dataset_args(config, settings)  # workers too: xdist gives them the invocation args
     gates = parse_gates(settings.gate, "--gym-gate / gym_gate")
+    try:
+        parse_error_budget(settings.max_errors)
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-gym: --gym-max-errors: {exc}") from None
+    if settings.resume and not Path(settings.resume).is_dir():
+        raise pytest.UsageError(f"pytest-gym: --gym-resume {settings.resume} is not a run folder")
     if settings.update_baseline and not settings.baseline:
         raise pytest.UsageError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
     config.stash[RUN_KEY] = GymRun(settings=settings, run_dir=run_dir, owner=owner, worker=worker_slot(workerinput))
@@ -142,8 +149,9 @@ def gym_server(request: pytest.FixtureRequest) -> GymServer:
     run = request.config.stash[RUN_KEY]
     # Every selected trial, in run order (identical on all xdist workers, which claim them from one another).
     planned, upcoming = session_plan(request.session)
+    context = request.config.stash[TRIALS_KEY] = TrialContext.for_run(run.settings, planned)
     try:
-        return run.open(planned, upcoming)
+        return run.open(planned, upcoming, skip=context.reused_nodeids(planned))
     except GymError as exc:
         pytest.fail(f"pytest-gym: {exc}", pytrace=False)
 
@@ -154,16 +162,7 @@ def gym_rollout(request: pytest.FixtureRequest, gym_server: GymServer) -> TrialO
     node = request.node
     if not isinstance(node, GymTrial):
         pytest.fail("gym_rollout is only for trial items; use gym_server.run(row) in your own tests", pytrace=False)
-    run = request.config.stash[RUN_KEY]
-    assert run.dispatcher is not None
-    try:
-        outcome = run.dispatcher.result(node.spec)
-    except concurrent.futures.CancelledError:
-        pytest.fail("cancelled: the run was stopped before this rollout started", pytrace=False)
-    node.user_properties.extend(outcome.properties())
-    if not outcome.ok:
-        raise_fault(outcome)
-    return outcome
+    return trial_outcome(request.config.stash[RUN_KEY], node, node.spec, request.config.stash[TRIALS_KEY])
 
 
 @pytest.hookimpl(trylast=True)
@@ -211,7 +210,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Genera
         for line in summary_lines(verdicts, update):
             terminalreporter.write_line(line)
         terminalreporter.write_line(f"run folder: {run.run_dir}")
-        for note in run.notes:
+        context = config.stash.get(TRIALS_KEY, None)
+        for note in [*run.notes, *(context.notes if context else [])]:
             terminalreporter.write_line(f"note: {note}")
         for name, outcome in config.stash.get(EXPORTS_KEY, []):
             where = f" [{outcome.location}]" if outcome.location else ""

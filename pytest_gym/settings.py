@@ -104,6 +104,23 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("reward_key", "field of Gym's answer that holds the reward (default reward)", metavar="KEY"),
     Spec("min_reward", "a trial passes when its reward is at least this (default 1.0)", "float", "X"),
+    Spec(
+        "retries",
+        "attempts after an infrastructure fault, with jittered exponential backoff; never for a low reward (default 0)",
+        "int",
+        "N",
+    ),
+    Spec(
+        "max_errors",
+        "once more trials than N (or P% of the run's) errored, report the rest as errors at once",
+        metavar="N|P%",
+    ),
+    Spec(
+        "resume",
+        "reuse the finished trials of an earlier run folder (same agent, model and environment)",
+        metavar="RUN_DIR",
+        is_path=True,
+    ),
     Spec("progress_interval", "seconds between progress lines on long runs (default 10; -q hides them)", "float", "S"),
     Spec(
         "gate",
@@ -174,6 +191,9 @@ class GymSettings(BaseModel):
     concurrency: int = Field(8, ge=1, le=100_000)
     reward_key: str = Field("reward", min_length=1)
     min_reward: float = 1.0
+    retries: int = Field(0, ge=0, le=100)
+    max_errors: str | None = Field(None, pattern=r"^\s*\d+(\.\d+)?\s*%?\s*$")
+    resume: str | None = None
     progress_interval: float = Field(10.0, gt=0)
     gate: tuple[str, ...] = ()
     verdict: Literal["trial", "gate"] = "trial"

@@ -253,6 +253,13 @@ class RunFolderWriter:
             for name, line in lines:
                 self._files[name].append(line)
 
+    def append_rollout(self, record: Mapping[str, Any]) -> None:
+        """Copy a finished record (reused from an earlier run by --gym-resume) into this run's rollouts."""
+        line = self._line(record)
+        with self._lock:
+            if not self._closed:
+                self._files[ROLLOUTS_FILE].append(line)
+
     def _line(self, data: Mapping[str, Any]) -> bytes:
         raw = _json_bytes(data)
         for secret in self._secrets:
