@@ -73,6 +73,19 @@ class GymEndpoint:
                 f"agent {agent!r} is not served by this Gym deployment; its agents: {', '.join(self.agents) or 'none'}"
             ) from None
 
+    def dead_servers(self) -> list[ServerInstance]:
+        """Servers whose process is gone (pids are local: Gym runs on this machine in start mode)."""
+        dead = []
+        for server in self.servers:
+            if server.pid:
+                try:
+                    os.kill(int(server.pid), 0)
+                except ProcessLookupError:
+                    dead.append(server)
+                except (PermissionError, OSError):
+                    continue
+        return dead
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -314,6 +327,11 @@ def start_deployment(settings: GymSettings, run_dir: Path) -> tuple[GymEndpoint,
         endpoint = discover(head_url)
         endpoint.log_path = str(log_path)
         endpoint.policy_url = policy_url
+        if policy_proc is not None and policy_url is not None:
+            # Watched like Gym's own servers: a dead policy fails the remaining trials at once.
+            endpoint.servers.append(
+                ServerInstance("scripted_policy", "pytest_gym_policy", "scripted", policy_url, policy_proc.pid)
+            )
         return endpoint, started
     except BaseException:
         stop_started(started, settings.shutdown_grace, gym_proc, policy_proc)

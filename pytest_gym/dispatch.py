@@ -127,6 +127,8 @@ class Dispatcher:
         self.retries = max(0, retries)
         #: Trials never to roll out here (their results are reused from an earlier run).
         self.skip = skip
+        #: Why the deployment is known dead: every later trial fails at once with this.
+        self.gym_dead: str | None = None
         self.concurrency = max(1, concurrency)
         self.lookahead = max(1, lookahead if lookahead is not None else max(64, 4 * self.concurrency))
         self.trial_timeout = trial_timeout
@@ -546,9 +548,15 @@ class Dispatcher:
         attempt = 1
         while True:
             outcome.attempts = attempt
+            if self.gym_dead is not None:
+                raise TrialFault("gym_died", self.gym_dead)
             try:
                 return await self._post(url, body, reward_key)
             except TrialFault as fault:
+                if fault.error_class in ("connection", "http_status", "timeout", "gym_failure"):
+                    self._check_gym_alive()
+                    if self.gym_dead is not None:
+                        raise TrialFault("gym_died", self.gym_dead) from None
                 if attempt > self.retries or not is_retryable(fault.error_class, fault.http_status):
                     if attempt > 1:
                         fault.message = f"{fault.message} (after {attempt} attempts)"
@@ -556,6 +564,14 @@ class Dispatcher:
                 self.counts["retries"] += 1
                 await asyncio.sleep(backoff_s(attempt))
                 attempt += 1
+
+    def _check_gym_alive(self) -> None:
+        """After a fault, tell a dead deployment from a flaky call: name the dead server and the log."""
+        dead = self.endpoint.dead_servers()
+        if dead:
+            names = ", ".join(f"{d.process_name} (pid {d.pid})" for d in dead)
+            log = f"; see {self.endpoint.log_path}" if self.endpoint.log_path else ""
+            self.gym_dead = f"Gym server {names} is no longer running{log}"
 
     async def _drain(self) -> None:
         self._wake()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Generator
 from pathlib import Path
 
@@ -46,6 +48,12 @@ def _settings(config: pytest.Config) -> GymSettings:
     return resolve(config.getoption, config.getini, cli_base=config.invocation_params.dir, ini_base=config.rootpath)
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (a CI job cancelled, a container stopped) ends the run like Ctrl-C: pytest reports what
+    # finished and every sessionfinish runs, so Gym and the policy are stopped and the run folder is whole.
+    raise KeyboardInterrupt(f"pytest-gym: stopped by signal {signum}")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     settings = _settings(config)
@@ -58,6 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
         problem = check_run_dir_unused(run_dir)
         if problem:
             raise pytest.UsageError(f"pytest-gym: {problem}")
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     _add_dataset_args(config, settings)  # workers too: xdist gives them the invocation args
     gates = parse_gates(settings.gate, "--gym-gate / gym_gate")
     try:
@@ -266,6 +276,8 @@ class _Finisher:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _terminate:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     run = config.stash.get(RUN_KEY, None)
     if run is not None:
         run.finish()
