@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 CLAIM_WAIT_MARGIN_S = 30.0
 _POLL_MIN_S = 0.0005
 _POLL_MAX_S = 0.02
+#: How often a worker waiting for another worker's trial checks that the claimant still lives.
+_ALIVE_CHECK_S = 0.25
 #: How often an idle feeder looks at the xdist worker's queue again.
 _QUEUE_POLL_S = 0.02
 #: The interpreter's thread switch interval while rollouts run. The dispatcher thread mostly waits on
@@ -278,6 +280,7 @@ class Dispatcher:
         started = time.monotonic()
         deadline: float | None = None
         pause = _POLL_MIN_S
+        checked: tuple[int, float] | None = None  # (claimant, when it was last seen alive)
         while True:
             future = self._local(nodeid)
             if future is not None:
@@ -293,7 +296,9 @@ class Dispatcher:
                 if self._stopping:
                     raise concurrent.futures.CancelledError()
                 continue  # another worker claimed it a moment ago
-            if owner != board.pid and not alive(owner):
+            now = time.monotonic()
+            fresh = checked is not None and checked[0] == owner and now - checked[1] < _ALIVE_CHECK_S
+            if owner != board.pid and not fresh and not alive(owner):
                 if board.take_over(nodeid, owner):
                     future = self._take_over_now(spec)
                     if future is not None:
@@ -301,7 +306,7 @@ class Dispatcher:
                     board.release(nodeid)
                     raise concurrent.futures.CancelledError()
                 continue
-            now = time.monotonic()
+            checked = (owner, now) if not fresh else checked
             if deadline is None:
                 deadline = now + self.trial_timeout + CLAIM_WAIT_MARGIN_S
             if now >= deadline or (timeout is not None and now - started >= timeout):

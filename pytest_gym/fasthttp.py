@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    import ssl
 
 #: An idle connection older than this is not reused (servers close idle ones; uvicorn after 5 s).
 MAX_IDLE_S = 2.0
@@ -124,6 +127,8 @@ class HTTPPool:
     async def _connect(self, target: _Target) -> _Connection:
         context = None
         if target.tls:
+            import ssl  # only for https URLs
+
             if self._ssl is None:
                 self._ssl = ssl.create_default_context()
             context = self._ssl

@@ -8,18 +8,19 @@ recorded there.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gym.client import TrialFault, build_request, parse_answer
 from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, discover, read_state, release
-from pytest_gym.dispatch import Dispatcher, row_agent
 from pytest_gym.fasthttp import FetchError, fetch
 from pytest_gym.report.artifacts import (
     ROLLOUTS_FILE,
@@ -34,6 +35,9 @@ from pytest_gym.resume import write_run_info
 from pytest_gym.secrets import mask_secrets
 from pytest_gym.settings import GymSettings
 from pytest_gym.xdist import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
+
+if TYPE_CHECKING:
+    from pytest_gym.dispatch import Dispatcher
 
 RUNS_DIR = Path(".pytest_gym") / "runs"
 #: In attach mode, the servers a worker discovered, so that the controller need not ask Gym again.
@@ -93,6 +97,8 @@ class GymServer:
         repeat: int = 0,
     ) -> dict[str, Any]:
         """POST ``row`` to the agent's ``/run`` route; Gym's answer, or TrialFault."""
+        from pytest_gym.dispatch import row_agent
+
         name = agent or row_agent(row) or self.default_agent
         if name is None:
             raise GymError(f"no agent for this row: pass agent=..., one of {', '.join(self.agents)}")
@@ -120,10 +126,13 @@ class GymRun:
     #: (index, count) of this xdist worker; None without xdist and on the controller.
     worker: tuple[int, int] | None = None
     server: GymServer | None = None
-    dispatcher: Dispatcher | None = None
+    dispatcher: Dispatcher | None = None  # imported when a process opens Gym: the xdist controller never does
     writer: RunFolderWriter | None = None
     error: str | None = None
     notes: list[str] = field(default_factory=list)
+    _aggregate: concurrent.futures.Future[list[dict[str, Any]] | None] | None = field(
+        default=None, init=False, repr=False
+    )
 
     @property
     def concurrency(self) -> int:
@@ -157,6 +166,8 @@ class GymRun:
             # More workers than slots: each worker has one, and C lock files keep the whole run within C.
             shared = self.worker is not None and self.worker[1] > self.settings.concurrency
             global_slots = GlobalSlots(self.run_dir / BOARD_DIR, self.settings.concurrency) if shared else None
+            from pytest_gym.dispatch import Dispatcher
+
             self.dispatcher = Dispatcher(
                 endpoint,
                 concurrency=self.concurrency,
@@ -211,8 +222,36 @@ class GymRun:
         state = read_state(self.run_dir) or {}
         return GymEndpoint.from_json(state["endpoint"]) if "endpoint" in state else None
 
+    def start_aggregate(self) -> None:
+        """Ask Gym for the aggregate metrics in the background, now that every rollout is recorded.
+
+        The xdist controller calls it when the last trial reported, so Gym computes them while the
+        workers shut down; ``aggregate_metrics`` then waits for this answer instead of asking again.
+        """
+        if self._aggregate is not None:
+            return
+        future: concurrent.futures.Future[list[dict[str, Any]] | None] = concurrent.futures.Future()
+        self._aggregate = future
+
+        def work() -> None:
+            try:
+                future.set_result(self._aggregate_now())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=work, name="pytest-gym-aggregate", daemon=True).start()
+
     def aggregate_metrics(self) -> list[dict[str, Any]] | None:
         """Ask Gym's own ``/aggregate_metrics`` for this run's rollouts, per agent; write Gym's file."""
+        if self._aggregate is not None:
+            try:
+                return self._aggregate.result(timeout=300)
+            except Exception as exc:
+                self.notes.append(mask_secrets(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
+                return None
+        return self._aggregate_now()
+
+    def _aggregate_now(self) -> list[dict[str, Any]] | None:
         path = self.run_dir / ROLLOUTS_FILE
         if not path.exists():
             return None

@@ -38,6 +38,7 @@ import pytest
 
 from pytest_gym.items import GymTrial
 from pytest_gym.processes import pid_alive
+from pytest_gym.report.progress import TRIAL_ID
 from pytest_gym.results import TrialOutcome, TrialSpec
 
 BOARD_DIR = ".xdist-trials"
@@ -277,6 +278,8 @@ def alive(pid: int) -> bool:
 class XdistHooks:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.trials: int | None = None  # on the controller: how many trials the workers collected
+        self.reported: set[str] = set()
 
     @pytest.hookimpl
     def pytest_configure_node(self, node: Any) -> None:
@@ -295,7 +298,27 @@ class XdistHooks:
         from pytest_gym.deployment import GymError
         from pytest_gym.plugin import RUN_KEY
 
+        if config.stash[RUN_KEY].settings.resume:
+            return  # which trials are reused is decided with the first trial's fixtures
+
         planned, upcoming = session_plan(session)
         if planned:
             with contextlib.suppress(GymError):  # recorded: the trials' gym_server fixture reports it
                 config.stash[RUN_KEY].open(planned, upcoming)
+
+    @pytest.hookimpl
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        if self.trials is None:
+            self.trials = sum(1 for nodeid in ids if TRIAL_ID.search(nodeid))
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """On the controller: once every trial reported, every rollout is in the run folder; let Gym start
+        on the aggregate metrics while the workers shut down."""
+        if not self.trials or report.when != "teardown" or not TRIAL_ID.search(report.nodeid):
+            return
+        self.reported.add(report.nodeid)
+        if len(self.reported) == self.trials:
+            from pytest_gym.plugin import RUN_KEY
+
+            self.config.stash[RUN_KEY].start_aggregate()
