@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gym.client import TrialFault, build_request, parse_answer
 from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, discover, read_state, release
-from pytest_gym.fasthttp import FetchError, fetch
 from pytest_gym.report.artifacts import (
     ROLLOUTS_FILE,
     RunFolderWriter,
@@ -252,6 +251,8 @@ class GymRun:
         return self._aggregate_now()
 
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
+        from pytest_gym.fasthttp import FetchError, fetch  # imported when used (asyncio: start-up time)
+
         path = self.run_dir / ROLLOUTS_FILE
         if not path.exists():
             return None
