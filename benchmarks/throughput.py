@@ -471,7 +471,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pytest-gym-bench-")))
         throughput_results: dict[str, Any] = {}
         collect_results: dict[str, Any] = {}
-        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; work folder {work}")
+        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+        print(
+            f"machine: {os.cpu_count()} CPUs, load average {load}, Python {sys.version.split()[0]}; work folder {work}"
+        )
         if options.only in (None, "throughput") and options.gym_url:
             options.gym_cli = find_gym_cli(options.gym_cli)
             if not options.policy_url:
@@ -511,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "collection": collect_results,
             }
             options.json.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\nload average at the end: {load} (other work on the machine skews the ratios: run it on a quiet one)")
     if options.quick:
         print("\nall runs correct" if ok else "\nsome runs failed (see above)")
     else:
