@@ -21,9 +21,11 @@ Every method must make exactly ROWS x R policy calls (checked on the policy's co
 collection benchmark: ``pytest --co -q`` on a 100k-row dataset against plain pytest collecting 100k
 trivial parametrized tests, wall time and peak RSS of each process (``os.wait4``).
 
-The pytest runs use ``--gym-min-reward 0`` (the machinery is measured, not the policy: every trial
-passes) unless ``--with-failures``, and ``-p no:hypothesispytest`` (a test dependency of this repo that
-costs about 0.6 s per process and is no part of pytest-gym) unless ``--keep-plugins``.
+Every command runs as a normal Python does, caching bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped
+from their environment), after one warm-up run. The pytest runs use ``--gym-min-reward 0`` (the
+machinery is measured, not the policy: every trial passes) unless ``--with-failures``, and
+``-p no:hypothesispytest`` (a test dependency of this repo that costs about 0.6 s per process and is
+no part of pytest-gym) unless ``--keep-plugins``.
 
 Every wait is bounded, and everything the benchmark starts is stopped when it ends.
 """
@@ -170,6 +172,10 @@ def run_process(args: Sequence[str], cwd: Path, timeout: float = RUN_TIMEOUT_S) 
     log = cwd / f"output-{time.monotonic_ns()}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("PYTEST_ADDOPTS", None)
+    # A normal Python caches bytecode. With PYTHONDONTWRITEBYTECODE (set in some sandboxes) pytest cannot
+    # cache its assertion-rewritten plugin modules and parses and rewrites them in every process, about
+    # 0.2 s of start-up that measures the sandbox, not the tools. Every measured command runs without it.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     with log.open("wb") as out:
         started = time.perf_counter()
         proc = subprocess.Popen(
@@ -319,9 +325,16 @@ def throughput(options: argparse.Namespace, endpoint: GymEndpoint, policy: Polic
     ]
     methods = set(options.method or ["bare", "gym eval run", "pytest", "pytest -n 2"]) | {"bare"}
     print(f"\n== throughput: {options.rows} rows x {options.repeats} repeats = {trials} trials per method ==")
-    # Warm Gym up (first calls pay for connection set-up and lazy imports in its servers).
+    # Warm Gym up (first calls pay for connection set-up and lazy imports in its servers), and let each tool
+    # write its bytecode caches once, as any second run on a machine finds them.
     policy.set(latency_ms=0)
     asyncio.run(_bare(endpoint.route_for(AGENT), bodies[: min(64, trials)], 8))
+    warm = work / "warm-up"
+    warm.mkdir()
+    (warm / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    run_process([*pytest_args(options), "--co", f"--gym-dataset={rows_path}", "-n", "2"], warm)
+    if "gym eval run" in methods:
+        run_process([options.gym_cli, "eval", "run", "--help"], warm)
     url, reps = endpoint.head_url, options.repeats
     runs: dict[str, dict[str, list[Measurement]]] = {case.label: {} for case in cases}
     for round_number in range(options.rounds):
