@@ -384,6 +384,9 @@ def collection(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         f"import pytest\n\n\n@pytest.mark.parametrize('i', range({count}))\ndef test_trivial(i):\n    pass\n",
         encoding="utf-8",
     )
+    empty = folder / "empty"
+    empty.mkdir()
+    run_process([*pytest_args(options), "--co", str(empty)], folder)  # warm-up: bytecode caches
     runs = {
         "pytest-gym": [*pytest_args(options), "--co", "--gym-dataset=big.jsonl"],
         "plain pytest": [*pytest_args(options), "--co", "plain"],
