@@ -131,6 +131,8 @@ class Dispatcher:
         self.skip = skip
         #: Why the deployment is known dead: every later trial fails at once with this.
         self.gym_dead: str | None = None
+        self._dead_event: asyncio.Event | None = None
+        self._watchdog: concurrent.futures.Future[None] | None = None
         self.concurrency = max(1, concurrency)
         self.lookahead = max(1, lookahead if lookahead is not None else max(64, 4 * self.concurrency))
         self.trial_timeout = trial_timeout
@@ -186,6 +188,8 @@ class Dispatcher:
             self._upcoming = upcoming
         if self._feeder is None and self._plan:
             self._feeder = asyncio.run_coroutine_threadsafe(self._feed(), self._loop)
+            if any(server.pid for server in self.endpoint.servers):
+                self._watchdog = asyncio.run_coroutine_threadsafe(self._watch(), self._loop)
 
     def result(self, spec: TrialSpec, timeout: float | None = None) -> TrialOutcome:
         """Block until this trial's rollout is done, starting it now if nobody has.
@@ -218,6 +222,8 @@ class Dispatcher:
             except concurrent.futures.TimeoutError:
                 self.problems.append("rollouts still running at the end of the session were cancelled")
         self.stop()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(self._aclose(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
@@ -556,7 +562,7 @@ class Dispatcher:
             if self.gym_dead is not None:
                 raise TrialFault("gym_died", self.gym_dead)
             try:
-                return await self._post(url, body, reward_key)
+                return await self._post_unless_gym_dies(url, body, reward_key)
             except TrialFault as fault:
                 if fault.error_class in ("connection", "http_status", "timeout", "gym_failure"):
                     self._check_gym_alive()
@@ -569,6 +575,37 @@ class Dispatcher:
                 self.counts["retries"] += 1
                 await asyncio.sleep(backoff_s(attempt))
                 attempt += 1
+
+    def _dead(self) -> asyncio.Event:
+        if self._dead_event is None:
+            self._dead_event = asyncio.Event()
+        return self._dead_event
+
+    async def _post_unless_gym_dies(
+        self, url: str, body: dict[str, Any], reward_key: str
+    ) -> tuple[dict[str, Any], float, float]:
+        """The POST, abandoned as soon as the watchdog sees a server of the deployment die."""
+        post = asyncio.ensure_future(self._post(url, body, reward_key))
+        dead = asyncio.ensure_future(self._dead().wait())
+        try:
+            await asyncio.wait({post, dead}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dead.cancel()
+            if not post.done():
+                post.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await post
+        if not post.cancelled() and post.done():
+            return post.result()
+        raise TrialFault("gym_died", self.gym_dead or "Gym stopped answering")
+
+    async def _watch(self, interval_s: float = 1.0) -> None:
+        """Look at the deployment's processes every second while this process runs trials."""
+        while not (self._closing or self._stopping) and self.gym_dead is None:
+            await asyncio.sleep(interval_s)
+            self._check_gym_alive()
+        if self.gym_dead is not None:
+            self._dead().set()
 
     def _check_gym_alive(self) -> None:
         """After a fault, tell a dead deployment from a flaky call: name the dead server and the log."""

@@ -128,6 +128,7 @@ class GymRun:
     dispatcher: Dispatcher | None = None  # imported when a process opens Gym: the xdist controller never does
     writer: RunFolderWriter | None = None
     error: str | None = None
+    gym_dead: str | None = None
     notes: list[str] = field(default_factory=list)
     _aggregate: concurrent.futures.Future[list[dict[str, Any]] | None] | None = field(
         default=None, init=False, repr=False
@@ -202,6 +203,8 @@ class GymRun:
 
     def close(self) -> None:
         if self.dispatcher is not None:
+            if self.dispatcher.gym_dead:
+                self.gym_dead = self.dispatcher.gym_dead
             self.dispatcher.close()
             self.notes.extend(self.dispatcher.problems)
             self.dispatcher = None
@@ -253,6 +256,9 @@ class GymRun:
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
         from pytest_gym.fasthttp import FetchError, fetch  # imported when used (asyncio: start-up time)
 
+        if self.gym_dead is not None:
+            self.notes.append(f"Gym's /aggregate_metrics skipped: {self.gym_dead}")
+            return None
         path = self.run_dir / ROLLOUTS_FILE
         if not path.exists():
             return None
