@@ -12,28 +12,20 @@ import pytest
 from pytest_gym import hookspecs
 from pytest_gym.deployment import GymError
 from pytest_gym.errorbudget import parse_error_budget
-from pytest_gym.exporters import ExportResult
 from pytest_gym.gates import Gate
 from pytest_gym.gymrun import GymRun, GymServer, check_run_dir_unused, new_run_dir
 from pytest_gym.items import GymDatasetFile, GymSuiteFile, GymTrial
-from pytest_gym.report.exports import BuiltinExports, configured_exporters, export_run
-from pytest_gym.report.junit import postprocess_junit
+from pytest_gym.report.exports import BuiltinExports, configured_exporters
 from pytest_gym.report.progress import OwnerReporting, XdistTotal
-from pytest_gym.report.summary import flat_properties, synthetic_reports, write_summary
-from pytest_gym.report.terminal import summary_lines
+from pytest_gym.report.terminal import write_section
 from pytest_gym.results import TrialOutcome
+from pytest_gym.session_end import Exports, Finisher, JunitAfterWrite, SuiteJudge
 from pytest_gym.settings import GymSettings, add_options, resolve
+from pytest_gym.stash import RESULTS_KEY, RUN_KEY, TRIALS_KEY, WORKER_RUN_DIR
 from pytest_gym.suitefile import is_suite_file, suite_settings
 from pytest_gym.trial import TrialContext, trial_outcome
-from pytest_gym.verdicts import RunResults, SuiteSettings, SuiteVerdict, parse_gates
+from pytest_gym.verdicts import RunResults, SuiteSettings, parse_gates
 from pytest_gym.xdist import session_plan, worker_slot
-
-RUN_KEY = pytest.StashKey[GymRun]()
-TRIALS_KEY = pytest.StashKey[TrialContext]()
-RESULTS_KEY = pytest.StashKey[RunResults]()
-VERDICTS_KEY = pytest.StashKey[list[SuiteVerdict]]()
-EXPORTS_KEY = pytest.StashKey[list[tuple[str, ExportResult]]]()
-WORKER_RUN_DIR = "pytest_gym_run_dir"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -96,9 +88,10 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistTotal(reporting), "pytest-gym-xdist-total")
     if owner:  # registered first: among trylast implementations pluggy calls the latest registered first
-        config.pluginmanager.register(_Exports(), "pytest-gym-export-runner")
-    config.pluginmanager.register(_JunitAfterWrite(), "pytest-gym-junit")
-    config.pluginmanager.register(_Finisher(), "pytest-gym-finisher")
+        config.pluginmanager.register(Exports(), "pytest-gym-export-runner")
+        config.pluginmanager.register(SuiteJudge(), "pytest-gym-judge")
+    config.pluginmanager.register(JunitAfterWrite(), "pytest-gym-junit")
+    config.pluginmanager.register(Finisher(), "pytest-gym-finisher")
     if config.pluginmanager.hasplugin("xdist"):
         from pytest_gym.xdist import XdistHooks
 
@@ -182,97 +175,11 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
         item.config.stash[RUN_KEY].stop_dispatch()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Judge the suites once, on the owner, before pytest's own reports are written."""
-    config = session.config
-    results = config.stash.get(RESULTS_KEY, None)
-    if results is None or not results.trials:
-        return
-    run = config.stash[RUN_KEY]
-    run.close()  # every rollout of this process is in the run folder now
-    run.aggregate_metrics()
-    verdicts = results.judge(config.rootpath)
-    config.stash[VERDICTS_KEY] = verdicts
-    write_summary(run, verdicts)
-    failed = False
-    session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
-    for verdict in verdicts:
-        config.hook.pytest_gym_suite_result(suite=verdict.suite, metrics=verdict.metrics())
-        for report in synthetic_reports(verdict):
-            config.hook.pytest_runtest_logreport(report=report)
-            failed = failed or report.failed
-    if failed and session.exitstatus == pytest.ExitCode.OK:
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
     result = yield
-    config = terminalreporter.config
-    verdicts = config.stash.get(VERDICTS_KEY, None)
-    run = config.stash.get(RUN_KEY, None)
-    if verdicts and run is not None and config.get_verbosity() >= 0:
-        update = None
-        if run.settings.baseline:
-            update = f"pytest ... --gym-baseline {run.settings.baseline} --gym-update-baseline"
-        terminalreporter.write_sep("=", "pytest-gym")
-        for line in summary_lines(verdicts, update):
-            terminalreporter.write_line(line)
-        terminalreporter.write_line(f"run folder: {run.run_dir}")
-        context = config.stash.get(TRIALS_KEY, None)
-        for note in [*run.notes, *(context.notes if context else [])]:
-            terminalreporter.write_line(f"note: {note}")
-        for name, outcome in config.stash.get(EXPORTS_KEY, []):
-            where = f" [{outcome.location}]" if outcome.location else ""
-            terminalreporter.write_line(f"export {name}: {outcome.status} - {outcome.message}{where}")
+    write_section(terminalreporter)
     return result
-
-
-class _JunitAfterWrite:
-    """Post-process the JUnit file after pytest wrote it (pytest writes it in a plain sessionfinish)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        config = session.config
-        xmlpath = getattr(config.option, "xmlpath", None)
-        verdicts = config.stash.get(VERDICTS_KEY, None)
-        if not xmlpath or hasattr(config, "workerinput"):
-            return
-        path = Path(xmlpath)
-        if not path.exists():
-            return
-        suites = {v.suite: flat_properties(v) for v in verdicts or []}
-        postprocess_junit(path, suites, xsd_strict=True, keep_errors=True)
-
-
-class _Exports:
-    """Run the exports last, when the JUnit file, the summary and the exit status are final."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        config = session.config
-        run = config.stash[RUN_KEY]
-        if config.stash.get(VERDICTS_KEY, None) is None:
-            return
-        outcomes = export_run(config, run.run_dir, run.settings, int(session.exitstatus))
-        config.stash[EXPORTS_KEY] = outcomes
-        failed = any(result.status == "failed" for _, result in outcomes)
-        if failed and not run.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-class _Finisher:
-    """Stop the deployment after every other sessionfinish implementation ran."""
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
-        if session.shouldstop or session.shouldfail or session.exitstatus == pytest.ExitCode.INTERRUPTED:
-            session.config.stash[RUN_KEY].stop_dispatch()  # -x, --maxfail, Ctrl-C: cancel, do not drain
-        try:
-            return (yield)
-        finally:
-            session.config.stash[RUN_KEY].finish()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -284,7 +284,7 @@ class XdistHooks:
     @pytest.hookimpl
     def pytest_configure_node(self, node: Any) -> None:
         """Send the run folder to each worker: they share the controller's deployment."""
-        from pytest_gym.plugin import RUN_KEY, WORKER_RUN_DIR
+        from pytest_gym.stash import RUN_KEY, WORKER_RUN_DIR
 
         node.workerinput[WORKER_RUN_DIR] = str(self.config.stash[RUN_KEY].run_dir)
 
@@ -296,7 +296,7 @@ class XdistHooks:
         if not hasattr(config, "workerinput") or config.option.collectonly or getattr(config.option, "setupplan", 0):
             return
         from pytest_gym.deployment import GymError
-        from pytest_gym.plugin import RUN_KEY
+        from pytest_gym.stash import RUN_KEY
 
         if config.stash[RUN_KEY].settings.resume:
             return  # which trials are reused is decided with the first trial's fixtures
@@ -319,6 +319,6 @@ class XdistHooks:
             return
         self.reported.add(report.nodeid)
         if len(self.reported) == self.trials:
-            from pytest_gym.plugin import RUN_KEY
+            from pytest_gym.stash import RUN_KEY
 
             self.config.stash[RUN_KEY].start_aggregate()
