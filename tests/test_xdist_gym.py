@@ -69,6 +69,10 @@ def test_every_trial_is_rolled_out_and_recorded_exactly_once(
     keys = sorted((r["_ng_task_index"], r["_ng_rollout_index"]) for r in rollout_records(run_dir))
     assert keys == [(t, r) for t in range(5) for r in range(4)]
     assert not (run_dir / BOARD_DIR).exists()  # the claims are cleaned up at the end
+    # Gym's aggregate covers all 20 rollouts (under xdist it is asked for as soon as the last trial reported).
+    (entry,) = json.loads((run_dir / "rollouts_aggregate_metrics.json").read_text())
+    assert entry["agent_ref"] == {"name": "mcqa_simple_agent"}
+    assert entry["agent_metrics"]["mean/reward"] == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
