@@ -73,6 +73,20 @@ class RealGym:
         )
 
 
+@pytest.fixture
+def example(pytester: pytest.Pytester) -> Path:
+    """The bundled 5-row mcqa example, copied so the rootdir is the test's own folder."""
+    path = pytester.path / "example.jsonl"
+    shutil.copy(EXAMPLE, path)
+    pytester.makeini("[pytest]\n")
+    return path
+
+
+def attach(gym: RealGym, *args: str, dataset: str = "example.jsonl") -> tuple[str, ...]:
+    """Command-line arguments that run ``dataset`` against the shared Gym."""
+    return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", dataset, *args)
+
+
 @pytest.fixture(scope="session")
 def gym_cli() -> str:
     return need_gym()

@@ -9,25 +9,12 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from conftest import EXAMPLE, EXAMPLE_ANSWERS, RealGym
+from conftest import EXAMPLE, EXAMPLE_ANSWERS, RealGym, attach
 from pytest_gym.dataset import task_hash
 
 pytestmark = pytest.mark.gym
 
 HASHES = [task_hash(json.loads(line))[:12] for line in EXAMPLE.read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture
-def example(pytester: pytest.Pytester) -> Path:
-    """The bundled 5-row mcqa example, copied so the rootdir is the test's own folder."""
-    path = pytester.path / "example.jsonl"
-    shutil.copy(EXAMPLE, path)
-    pytester.makeini("[pytest]\n")
-    return path
-
-
-def attach(gym: RealGym, *args: str) -> tuple[str, ...]:
-    return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", "example.jsonl", *args)
 
 
 def outcomes_by_test(xml_path: Path) -> dict[str, str]:

@@ -14,22 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE, RealGym
+from conftest import EXAMPLE, RealGym, attach
 from pytest_gym.processes import group_alive
 
 pytestmark = pytest.mark.gym
-
-
-@pytest.fixture
-def example(pytester: pytest.Pytester) -> Path:
-    path = pytester.path / "example.jsonl"
-    shutil.copy(EXAMPLE, path)
-    pytester.makeini("[pytest]\n")
-    return path
-
-
-def attach(gym: RealGym, *args: str) -> tuple[str, ...]:
-    return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", "example.jsonl", *args)
 
 
 def attempts(pytester: pytest.Pytester) -> list[int]:

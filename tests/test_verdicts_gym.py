@@ -4,27 +4,18 @@ the run folder and the JUnit file."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import xmlschema
 from junitparser import JUnitXml
 
-from conftest import EXAMPLE, RealGym
+from conftest import EXAMPLE, RealGym, attach
 from pytest_gym.dataset import task_hash
 from pytest_gym.report.junit import read_suite_properties, read_trial_properties
 
 pytestmark = pytest.mark.gym
 XSD = Path(__file__).parent / "data" / "junit-10.xsd"
-
-
-@pytest.fixture
-def example(pytester: pytest.Pytester) -> Path:
-    path = pytester.path / "example.jsonl"
-    shutil.copy(EXAMPLE, path)
-    pytester.makeini("[pytest]\n")
-    return path
 
 
 @pytest.fixture
@@ -41,10 +32,6 @@ def all_e(pytester: pytest.Pytester) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     pytester.makeini("[pytest]\n")
     return path
-
-
-def attach(gym: RealGym, dataset: str = "example.jsonl", *args: str) -> tuple[str, ...]:
-    return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", dataset, *args)
 
 
 def run_dir_of(pytester: pytest.Pytester) -> Path:
@@ -116,7 +103,9 @@ def test_our_metrics_equal_gyms_aggregate_metrics(pytester: pytest.Pytester, exa
 def test_regression_against_baseline_fails_naming_new_failures(
     pytester: pytest.Pytester, all_e: Path, gym: RealGym
 ) -> None:
-    args = attach(gym, "all_e.jsonl", "--gym-repeats", "2", "--gym-verdict", "gate", "--gym-baseline", "base.json")
+    args = attach(
+        gym, "--gym-repeats", "2", "--gym-verdict", "gate", "--gym-baseline", "base.json", dataset="all_e.jsonl"
+    )
     missing = pytester.runpytest(*args)
     missing.stdout.fnmatch_lines(["*no baseline at */base.json: create it with --gym-update-baseline*"])
     assert missing.ret == pytest.ExitCode.OK
@@ -149,7 +138,7 @@ def test_regression_against_baseline_fails_naming_new_failures(
 def test_reordered_and_inserted_rows_do_not_disturb_the_baseline(
     pytester: pytest.Pytester, all_e: Path, gym: RealGym
 ) -> None:
-    args = attach(gym, "all_e.jsonl", "--gym-verdict", "gate", "--gym-baseline", "base.json")
+    args = attach(gym, "--gym-verdict", "gate", "--gym-baseline", "base.json", dataset="all_e.jsonl")
     pytester.runpytest(*args, "--gym-update-baseline")
     lines = all_e.read_text().splitlines()
     extra = json.loads(lines[0])
