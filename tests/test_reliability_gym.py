@@ -254,3 +254,22 @@ def test_a_gym_server_killed_mid_run_fails_the_rest_within_seconds(pytester: pyt
     assert _assert_valid_jsonl(run / "rollouts.jsonl") >= 4
     assert proc.returncode == pytest.ExitCode.TESTS_FAILED
     _assert_stopped(run)
+
+
+def test_policy_stopped_mid_run_under_xdist_fails_the_rest_naming_it(pytester: pytest.Pytester, gym_cli: str) -> None:
+    proc = _start_mode(pytester, gym_cli, "--gym-trial-timeout", "60", "-n", "2")
+    run = pytester.path / "run"
+    try:
+        _wait_for_rollouts(run, 4, proc)
+        state = json.loads((run / "deployment.json").read_text())
+        (policy,) = [s for s in state["endpoint"]["servers"] if s["process_name"] == "scripted_policy"]
+        os.kill(policy["pid"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.decode()
+    assert f"Gym server scripted_policy (pid {policy['pid']}) is no longer running" in text
+    assert _assert_valid_jsonl(run / "rollouts.jsonl") >= 4
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED
+    _assert_stopped(run)
