@@ -75,7 +75,7 @@ class GymEndpoint:
 
     def dead_servers(self) -> list[ServerInstance]:
         """Servers whose process is gone (pids are local: Gym runs on this machine in start mode)."""
-        return [server for server in self.servers if server.pid and not process_running(int(server.pid))]
+        return [server for server in self.servers if server.pid and not pid_alive(int(server.pid))]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -149,25 +149,6 @@ def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
         target = by_name.get(env_name) if env_name else None
         routes[server.process_name] = (target or server).url + "/run"
     return GymEndpoint(head_url=head_url, servers=servers, run_routes=routes)
-
-
-def process_running(pid: int) -> bool:
-    """Alive and not a zombie: a killed server stays a zombie until Gym reaps it, and that can take long."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def free_port() -> int:
@@ -425,9 +406,3 @@ def release(settings: GymSettings, run_dir: Path) -> list[str]:
         del state["started"]
         _write_state(run_dir, state)
         return notes
-
-
-def gym_alive(run_dir: Path) -> bool:
-    state = read_state(run_dir) or {}
-    pid = (state.get("started") or {}).get("gym_pid")
-    return isinstance(pid, int) and pid_alive(pid)

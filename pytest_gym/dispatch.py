@@ -485,14 +485,7 @@ class Dispatcher:
         return outcome
 
     def _outcome(self, spec: TrialSpec) -> TrialOutcome:
-        return TrialOutcome(
-            nodeid=spec.nodeid,
-            task_hash=spec.task.hash,
-            repeat=spec.repeat,
-            line=spec.task.line,
-            dataset=str(spec.task.path),
-            agent=spec.agent,
-        )
+        return TrialOutcome.for_spec(spec)
 
     async def _post(self, url: str, body: dict[str, Any], reward_key: str) -> tuple[dict[str, Any], float, float]:
         """One rollout over the keep-alive pool: (answer, reward, latency), or TrialFault."""

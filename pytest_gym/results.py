@@ -47,6 +47,18 @@ class TrialOutcome:
     tokens: dict[str, int] = field(default_factory=dict)
     reused: bool = False
 
+    @classmethod
+    def for_spec(cls, spec: TrialSpec, **fields: Any) -> TrialOutcome:
+        """An outcome naming ``spec``'s trial, with ``fields`` filled in."""
+        return cls(
+            nodeid=spec.nodeid,
+            task_hash=spec.task.hash,
+            repeat=spec.repeat,
+            line=spec.task.line,
+            dataset=str(spec.task.path),
+            **{"agent": spec.agent, **fields},
+        )
+
     @property
     def ok(self) -> bool:
         return self.error is None

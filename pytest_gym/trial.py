@@ -51,12 +51,8 @@ def reused_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome | No
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         return None
     ref = record.get("agent_ref")
-    return TrialOutcome(
-        nodeid=spec.nodeid,
-        task_hash=spec.task.hash,
-        repeat=spec.repeat,
-        line=spec.task.line,
-        dataset=str(spec.task.path),
+    return TrialOutcome.for_spec(
+        spec,
         reward=float(reward),
         answer=record,
         attempts=int(record.get("_pytest_gym_attempts", 1)),
