@@ -10,11 +10,8 @@ is judged by, applied to the task's average.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -23,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
+from pytest_gym.atomic import write_atomically
 from pytest_gym.stats import PairedDiff, SuiteStats, paired_difference
 
 SCHEMA_VERSION = 1
@@ -175,25 +173,8 @@ def write_baseline(path: Path | str, baseline: Baseline) -> None:
     An interrupted run or two xdist workers racing must never leave a half-written baseline
     that fails the next run.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(baseline.model_dump(mode="json"), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o644  # mkstemp's 0600 would make a committed baseline unreadable to others
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    write_atomically(Path(path), text.encode("utf-8"))
 
 
 @dataclass(frozen=True)

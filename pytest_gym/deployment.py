@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import shutil
 import signal
 import socket
@@ -24,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.atomic import write_atomically
 from pytest_gym.processes import log_tail, pid_alive, spawn_group, stop_group
 from pytest_gym.secrets import POLICY_KEY_ENV
 from pytest_gym.settings import GymSettings
@@ -363,9 +363,7 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
 
 
 def _write_state(run_dir: Path, state: dict[str, Any]) -> None:
-    tmp = run_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state), encoding="utf-8")
-    os.replace(tmp, run_dir / STATE_FILE)
+    write_atomically(run_dir / STATE_FILE, json.dumps(state).encode(), fsync=False)
 
 
 def acquire(settings: GymSettings, run_dir: Path) -> GymEndpoint:

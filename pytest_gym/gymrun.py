@@ -9,8 +9,8 @@ recorded there.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
-import os
 import secrets
 import threading
 import time
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gym.atomic import write_atomically
 from pytest_gym.client import TrialFault, build_request, parse_answer
 from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, discover, read_state, release
 from pytest_gym.report.artifacts import (
@@ -189,13 +190,8 @@ class GymRun:
         target = self.run_dir / ATTACHED_FILE
         if target.exists():
             return
-        tmp = self.run_dir / f".{ATTACHED_FILE}.{os.getpid()}.tmp"
-        try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(endpoint.to_json()), encoding="utf-8")
-            os.replace(tmp, target)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # only a cache for the controller: it can discover again
+            write_atomically(target, json.dumps(endpoint.to_json()).encode(), fsync=False)
 
     def stop_dispatch(self) -> None:
         if self.dispatcher is not None:

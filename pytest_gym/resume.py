@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.atomic import write_atomically
 from pytest_gym.report.artifacts import ROLLOUTS_FILE, read_jsonl
 from pytest_gym.settings import GymSettings
 
@@ -50,10 +51,7 @@ def write_run_info(run_dir: Path, settings: GymSettings) -> None:
     if target.exists():
         return
     basis = rollout_basis(settings)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{RUN_INFO_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"digest": digest(basis), "basis": basis}, indent=2), encoding="utf-8")
-    os.replace(tmp, target)
+    write_atomically(target, json.dumps({"digest": digest(basis), "basis": basis}, indent=2).encode(), fsync=False)
 
 
 @dataclass

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, field_validator
 
+from pytest_gym.atomic import write_atomically
 from pytest_gym.exporters.base import Exporter, ExportResult, ExportRun, ExportSettings, mask_data, plugin_version
 
 FORMAT_VERSION = 1
@@ -56,17 +55,7 @@ class SummaryExporter(Exporter):
             return ExportResult("skipped", f"{target} already exists: run {run.run_id} was exported", str(target))
         text = json.dumps(summary_document(run), indent=2, sort_keys=True, default=str) + "\n"
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(text)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, target)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            write_atomically(target, text.encode("utf-8"))
         except OSError as exc:
             return ExportResult("failed", f"cannot write {target}: {exc.strerror or exc}", str(target))
         return ExportResult("succeeded", f"wrote {target}", str(target))

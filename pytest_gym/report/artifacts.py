@@ -38,13 +38,13 @@ import fcntl
 import json
 import math
 import os
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.atomic import write_atomically
 from pytest_gym.results import TrialOutcome
 from pytest_gym.secrets import MASK, known_secrets, mask_secrets
 
@@ -358,19 +358,6 @@ def write_aggregate_metrics(run_dir: Path, gym_metrics: list[dict[str, Any]]) ->
         if not isinstance(entry.get("agent_metrics"), dict):
             raise ValueError(f"an aggregate metrics entry needs an agent_metrics object: {entry!r:.200}")
     data = _json_bytes(gym_metrics, indent=2)
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    target = run_dir / AGGREGATE_FILE
-    fd, tmp = tempfile.mkstemp(prefix=f".{AGGREGATE_FILE}.", suffix=".tmp", dir=run_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    target = Path(run_dir) / AGGREGATE_FILE
+    write_atomically(target, data)
     return target

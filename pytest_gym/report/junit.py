@@ -29,17 +29,16 @@ Without ``xsd_strict`` only the suite properties are added. :func:`read_trial_pr
 
 from __future__ import annotations
 
-import contextlib
-import os
+import io
 import re
-import stat
-import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from junitparser import Properties, xunit2
+
+from pytest_gym.atomic import write_atomically
 
 # junitparser's annotations name the base classes where xunit2 objects come back (its TestSuite iterates
 # xunit2 testcases, which carry properties()), so its objects are handled as Any at this boundary.
@@ -178,18 +177,9 @@ def _set_suite_properties(suite: JUnitNode, suite_properties: Mapping[str, Mappi
 
 
 def _write_atomically(xml: JUnitNode, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            xml.write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    buffer = io.BytesIO()
+    xml.write(buffer)
+    write_atomically(path, buffer.getvalue())
 
 
 def postprocess_junit(

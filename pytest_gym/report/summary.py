@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from pytest_gym.atomic import write_atomically
 from pytest_gym.verdicts import SuiteVerdict
 
 if TYPE_CHECKING:
@@ -110,9 +110,7 @@ def write_summary(run: GymRun, verdicts: list[SuiteVerdict]) -> dict[str, Any]:
         from pathlib import Path
 
         targets.append(Path(run.settings.summary))
+    text = json.dumps(data, indent=2, default=str).encode("utf-8")
     for target in targets:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-        os.replace(tmp, target)
+        write_atomically(target, text, fsync=False)
     return data
