@@ -87,6 +87,15 @@ def attach(gym: RealGym, *args: str, dataset: str = "example.jsonl") -> tuple[st
     return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", dataset, *args)
 
 
+def start_mode(gym_cli: str, *args: str, dataset: str = "example.jsonl") -> tuple[str, ...]:
+    """Command-line arguments that start a Gym (mcqa, the policy answering E) for ``dataset``, run folder ``run``."""
+    return (
+        "--gym-dataset", dataset, "--gym-resources-server", "mcqa", "--gym-policy", "scripted",
+        "--gym-policy-answer", "\\boxed{E}", f"--gym-cli={gym_cli}", "--gym-server-venv", "auto",
+        "--gym-agent", "mcqa_simple_agent", "--gym-run-dir", "run", *args,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def gym_cli() -> str:
     return need_gym()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from conftest import EXAMPLE, EXAMPLE_ANSWERS, RealGym, attach
+from conftest import EXAMPLE, EXAMPLE_ANSWERS, RealGym, attach, start_mode
 from pytest_gym.dataset import task_hash
 
 pytestmark = pytest.mark.gym
@@ -140,26 +140,7 @@ def test_unreachable_gym_url_errors_each_trial_once(pytester: pytest.Pytester, e
 
 
 def test_start_mode_runs_real_gym_and_stops_it(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
-    args = (
-        "--gym-dataset",
-        "example.jsonl",
-        "--gym-resources-server",
-        "mcqa",
-        "--gym-policy",
-        "scripted",
-        "--gym-policy-answer",
-        "\\boxed{E}",
-        "--gym-cli",
-        gym_cli,
-        "--gym-server-venv",
-        "auto",
-        "--gym-agent",
-        "mcqa_simple_agent",
-        "--gym-run-dir",
-        "run",
-        "--gym-shutdown-grace",
-        "20",
-    )
+    args = start_mode(gym_cli, "--gym-shutdown-grace", "20")
     result = pytester.runpytest_subprocess(*args, "-n", "2")
     result.assert_outcomes(passed=2, failed=3)
     state = json.loads((pytester.path / "run" / "deployment.json").read_text())

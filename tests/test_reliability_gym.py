@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE, RealGym, attach
+from conftest import EXAMPLE, RealGym, attach, start_mode
 from pytest_gym.processes import group_alive
 
 pytestmark = pytest.mark.gym
@@ -146,21 +146,7 @@ def _start_mode(pytester: pytest.Pytester, gym_cli: str, *extra: str) -> subproc
         "pytest",
         "-p",
         "no:cacheprovider",
-        "--gym-dataset",
-        "many.jsonl",
-        "--gym-resources-server",
-        "mcqa",
-        "--gym-policy",
-        "scripted",
-        "--gym-policy-answer",
-        "\\boxed{E}",
-        f"--gym-cli={gym_cli}",
-        "--gym-server-venv",
-        "auto",
-        "--gym-agent",
-        "mcqa_simple_agent",
-        "--gym-run-dir",
-        "run",
+        *start_mode(gym_cli, dataset="many.jsonl"),
         "--gym-policy-latency-ms",
         "400",
         "--gym-concurrency",

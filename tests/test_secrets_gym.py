@@ -3,38 +3,22 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
+from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE
+from conftest import start_mode
 
 pytestmark = pytest.mark.gym
 MARKER = "sk-pytestgym-MARKER-7f3a9c"
 
 
 def test_policy_key_appears_in_no_file_and_no_output(
-    pytester: pytest.Pytester, gym_cli: str, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, example: Path, gym_cli: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GYM_POLICY_API_KEY", MARKER)
-    shutil.copy(EXAMPLE, pytester.path / "example.jsonl")
-    pytester.makeini("[pytest]\n")
     result = pytester.runpytest_subprocess(
-        "--gym-dataset",
-        "example.jsonl",
-        "--gym-resources-server",
-        "mcqa",
-        "--gym-policy",
-        "scripted",
-        "--gym-policy-answer",
-        "\\boxed{E}",
-        f"--gym-cli={gym_cli}",
-        "--gym-server-venv",
-        "auto",
-        "--gym-agent",
-        "mcqa_simple_agent",
-        "--gym-run-dir",
-        "run",
+        *start_mode(gym_cli),
         "--gym-gate",
         "mean_reward>=0.4",
         "--gym-summary",

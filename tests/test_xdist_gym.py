@@ -8,7 +8,6 @@ paid side, whatever the plugin believes it did.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import EXAMPLE, RealGym
+from conftest import EXAMPLE, RealGym, attach
 from pytest_gym.dataset import task_hash
 from pytest_gym.xdist import BOARD_DIR, ClaimBoard
 
@@ -29,21 +28,9 @@ MODES = [(), ("-n", "0"), ("-n", "2"), ("-p", "no:xdist")]
 MODE_IDS = ["plain", "n0", "n2", "no-xdist"]
 
 
-@pytest.fixture
-def example(pytester: pytest.Pytester) -> Path:
-    path = pytester.path / "example.jsonl"
-    shutil.copy(EXAMPLE, path)
-    pytester.makeini("[pytest]\n")
-    return path
-
-
 def stats(gym: RealGym) -> dict[str, Any]:
     result: dict[str, Any] = httpx.get(f"{gym.policy_url}/_stats", timeout=10, trust_env=False).json()
     return result
-
-
-def attach(gym: RealGym, *args: str) -> tuple[str, ...]:
-    return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", "example.jsonl", *args)
 
 
 def rollout_records(run_dir: Path) -> list[dict[str, Any]]:
