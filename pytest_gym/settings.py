@@ -213,9 +213,10 @@ class GymSettings(BaseModel):
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("gym", "pytest-gym: NeMo Gym evaluations as tests")
     for spec in SPECS:
+        cli_help = spec.help.replace("%", "%%")  # argparse %-formats option help ("N|P%" would break --help)
         ini_type: Literal["linelist", "string", "bool"] = "string"
         if spec.kind == "flag":
-            group.addoption(spec.flag, dest=spec.dest, action="store_true", default=None, help=spec.help)
+            group.addoption(spec.flag, dest=spec.dest, action="store_true", default=None, help=cli_help)
             ini_type = "bool"
         else:
             action = "append" if spec.kind == "list" else "store"
@@ -226,7 +227,7 @@ def add_options(parser: pytest.Parser) -> None:
                 default=None,
                 metavar=spec.metavar,
                 choices=spec.choices,
-                help=spec.help,
+                help=cli_help,
             )
             ini_type = "linelist" if spec.kind == "list" else "string"
         parser.addini(spec.ini, help=spec.help, type=ini_type, default=None)
