@@ -17,8 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_gym.deployment import GymEndpoint, start_deployment, stop_started
-from pytest_gym.settings import GymSettings
+from pytest_gym.core.endpoint import GymEndpoint
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym.deployment import start_deployment, stop_started
 
 ROOT = Path(__file__).parent
 EXAMPLE = ROOT / "examples" / "mcqa" / "example.jsonl"

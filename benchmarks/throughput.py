@@ -55,8 +55,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_gym.deployment import GymEndpoint, discover, start_deployment, stop_started  # noqa: E402
-from pytest_gym.settings import GymSettings  # noqa: E402
+from pytest_gym.core.endpoint import GymEndpoint  # noqa: E402
+from pytest_gym.core.settings import GymSettings  # noqa: E402
+from pytest_gym.gym.deployment import discover, start_deployment, stop_started  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "mcqa" / "example.jsonl"
 AGENT = "mcqa_simple_agent"

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
+    from pytest_gym.core.outcome import TrialOutcome
     from pytest_gym.exporters import Exporter, ExportRun
-    from pytest_gym.results import TrialOutcome
 
 
 @pytest.hookspec(firstresult=True)

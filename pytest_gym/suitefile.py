@@ -2,7 +2,7 @@
 
 Read with OmegaConf (so ``${oc.env:VAR}`` works) and validated by a pydantic model;
 every error names the file and the key. Command-line options override the file,
-the file overrides the ini file: the one lookup order of :mod:`pytest_gym.settings`.
+the file overrides the ini file: the one lookup order of :mod:`pytest_gym.core.settings`.
 """
 
 from __future__ import annotations
@@ -13,10 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from pytest_gym.gates import GateSyntaxError, parse_gate
-from pytest_gym.settings import GymSettings, resolve
-
-SUFFIX = ".gym.yaml"
+from pytest_gym.core.settings import GymSettings, resolve
+from pytest_gym.judge.gates import GateSyntaxError, parse_gate
 
 
 class SuiteFileError(Exception):
@@ -37,10 +35,6 @@ class SuiteFile(BaseModel):
     max_regression: float | None = Field(None, ge=0)
     reward_key: str | None = None
     verdict: str | None = None
-
-
-def is_suite_file(path: Path) -> bool:
-    return path.name.endswith(SUFFIX)
 
 
 def load_suite_file(path: Path) -> SuiteFile:

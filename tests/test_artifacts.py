@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.report.artifacts import (
+from pytest_gym.core.outcome import TrialOutcome
+from pytest_gym.runfolder.rollouts import (
     AGGREGATE_FILE,
     FAILURES_FILE,
     MATERIALIZED_FILE,
@@ -28,7 +29,6 @@ from pytest_gym.report.artifacts import (
     read_jsonl,
     write_aggregate_metrics,
 )
-from pytest_gym.results import TrialOutcome
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GYM_CLI = ROOT / ".venvs" / "gym" / "bin" / "gym"
@@ -271,8 +271,8 @@ def test_record_after_close_is_refused(tmp_path: Path) -> None:
 CHILD = r"""
 import hashlib, os, sys, time
 from pathlib import Path
-from pytest_gym.report.artifacts import RunFolderWriter
-from pytest_gym.results import TrialOutcome
+from pytest_gym.runfolder.rollouts import RunFolderWriter
+from pytest_gym.core.outcome import TrialOutcome
 
 run_dir, go = Path(sys.argv[1]), Path(sys.argv[2])
 proc, count, size = (int(arg) for arg in sys.argv[3:6])

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.baseline import (
+from pytest_gym.core.dataset import task_hash
+from pytest_gym.judge.baseline import (
     SCHEMA_VERSION,
     Baseline,
     BaselineError,
@@ -21,8 +22,7 @@ from pytest_gym.baseline import (
     load_baseline,
     write_baseline,
 )
-from pytest_gym.dataset import task_hash
-from pytest_gym.stats import suite_stats
+from pytest_gym.judge.stats import suite_stats
 
 SETTINGS: dict[str, Any] = {"repeats": 2, "min_reward": 1.0, "agent": "mcqa_agent", "model": "m1", "datasets": ["a"]}
 

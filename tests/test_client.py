@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
-from pytest_gym.client import MAX_BODY_BYTES, TrialFault, parse_answer, post_run
+from pytest_gym.rollout.transport import MAX_BODY_BYTES, TrialFault, parse_answer, post_rollout_once
 
 URL = "http://gym/run"
 
@@ -89,11 +87,7 @@ def server() -> Iterator[tuple[str, type[_Handler]]]:
 
 
 def _post(url: str, timeout: float = 10.0) -> tuple[dict[str, object], float, float]:
-    async def go() -> tuple[dict[str, object], float, float]:
-        async with httpx.AsyncClient(trust_env=False) as client:
-            return await post_run(client, url, {"responses_create_params": {}}, timeout, "reward")
-
-    return asyncio.run(go())
+    return post_rollout_once(url, {"responses_create_params": {}}, timeout, "reward")
 
 
 def test_a_50_mb_answer_is_refused_without_reading_it_all(server: tuple[str, type[_Handler]]) -> None:
@@ -106,7 +100,7 @@ def test_a_50_mb_answer_is_refused_without_reading_it_all(server: tuple[str, typ
 
 
 def test_connection_refused_is_a_connection_fault() -> None:
-    from pytest_gym.deployment import free_port
+    from pytest_gym.gym.deployment import free_port
 
     with pytest.raises(TrialFault) as excinfo:
         _post(f"http://127.0.0.1:{free_port()}/run")

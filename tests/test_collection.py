@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gym.dataset import task_hash
+from pytest_gym.core.dataset import task_hash
 
 
 def row(answer: str) -> dict[str, object]:

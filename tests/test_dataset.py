@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gym.dataset import DatasetError, canonical_json, parse_row, read_tasks, task_hash
+from pytest_gym.core.dataset import DatasetError, canonical_json, parse_row, read_tasks, task_hash
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "2+2?"}]}, "expected_answer": "4"}
 

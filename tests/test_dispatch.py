@@ -22,12 +22,13 @@ from typing import Any
 
 import pytest
 
-from pytest_gym import dispatch
-from pytest_gym.dataset import read_tasks
-from pytest_gym.deployment import GymEndpoint
-from pytest_gym.dispatch import Dispatcher
-from pytest_gym.results import TrialOutcome, TrialSpec
-from pytest_gym.xdist import ClaimBoard, GlobalSlots, alive, worker_share, worker_slot
+from pytest_gym.core.dataset import read_tasks
+from pytest_gym.core.endpoint import GymEndpoint
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.rollout import dispatcher as dispatch
+from pytest_gym.rollout.claims import ClaimBoard, GlobalSlots, alive, worker_share
+from pytest_gym.rollout.dispatcher import Dispatcher
+from pytest_gym.xdist_hooks import worker_slot
 
 
 class _Handler(BaseHTTPRequestHandler):

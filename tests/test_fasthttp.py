@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.dataset import Task
-from pytest_gym.deployment import GymEndpoint, free_port
-from pytest_gym.dispatch import Dispatcher
-from pytest_gym.fasthttp import BodyTooLarge, HTTPPool, ProtocolError
-from pytest_gym.results import TrialSpec
+from pytest_gym.core.dataset import Task
+from pytest_gym.core.endpoint import GymEndpoint
+from pytest_gym.core.outcome import TrialSpec
+from pytest_gym.gym.deployment import free_port
+from pytest_gym.rollout.dispatcher import Dispatcher
+from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError
 
 Answer = Callable[[bytes], bytes]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pytest_gym.dataset import DatasetError, parse_row, read_tasks
-from pytest_gym.gates import GateSyntaxError, parse_gate
+from pytest_gym.core.dataset import DatasetError, parse_row, read_tasks
+from pytest_gym.judge.gates import GateSyntaxError, parse_gate
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(),

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gym.gates import Gate, GateSyntaxError, evaluate, parse_gate
-from pytest_gym.stats import suite_stats
+from pytest_gym.judge.gates import Gate, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.stats import suite_stats
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gym.settings import SPECS
+from pytest_gym.core.options import SPECS
 
 README = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
 

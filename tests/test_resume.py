@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pytest_gym.report.artifacts import ROLLOUTS_FILE, read_jsonl
-from pytest_gym.resume import RUN_INFO_FILE, load_reusable, write_run_info
-from pytest_gym.settings import GymSettings
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
+from pytest_gym.runfolder.runinfo import RUN_INFO_FILE, load_reusable, write_run_info
 
 SETTINGS = GymSettings(agent="mcqa_simple_agent", policy="scripted", policy_answer="\\boxed{E}")
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gym.client import TrialFault, parse_answer
-from pytest_gym.errorbudget import ErrorBudget, parse_error_budget
-from pytest_gym.retry import BASE_DELAY_S, MAX_DELAY_S, backoff_s, is_retryable
+from pytest_gym.rollout.budget import ErrorBudget, parse_error_budget
+from pytest_gym.rollout.retry import BASE_DELAY_S, MAX_DELAY_S, backoff_s, is_retryable
+from pytest_gym.rollout.transport import TrialFault, parse_answer
 
 
 @pytest.mark.parametrize(

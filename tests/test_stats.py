@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gym.stats import (
+from pytest_gym.judge.stats import (
     clustered_mean_ci,
     paired_difference,
     pass_at_k,

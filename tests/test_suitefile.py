@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE, RealGym
-from pytest_gym.dataset import task_hash
+from pytest_gym.core.dataset import task_hash
 
 NO_GYM = ("--gym-cli", "/nonexistent/gym", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
 

@@ -11,7 +11,7 @@ import xmlschema
 from junitparser import JUnitXml
 
 from conftest import EXAMPLE, RealGym, attach
-from pytest_gym.dataset import task_hash
+from pytest_gym.core.dataset import task_hash
 from pytest_gym.report.junit import read_suite_properties, read_trial_properties
 
 pytestmark = pytest.mark.gym

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from conftest import EXAMPLE, RealGym, attach
-from pytest_gym.dataset import task_hash
-from pytest_gym.xdist import BOARD_DIR, ClaimBoard
+from pytest_gym.core.dataset import task_hash
+from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard
 
 pytestmark = pytest.mark.gym
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.exporters.base import Exporter, ExportResult, ExportRun, mask_text
+from pytest_gym.exporters.api import Exporter, ExportResult, ExportRun, mask_text
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 
-from pytest_gym.exporters.base import (
+from pytest_gym.exporters.api import (
     Exporter,
     ExportResult,
     ExportRun,

@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from pytest_gym.atomic import write_atomically
-from pytest_gym.exporters.base import Exporter, ExportResult, ExportRun, ExportSettings, mask_data, plugin_version
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.exporters.api import Exporter, ExportResult, ExportRun, ExportSettings, mask_data, plugin_version
 
 FORMAT_VERSION = 1
 

@@ -38,7 +38,8 @@ from typing import Any
 
 from junitparser import Properties, xunit2
 
-from pytest_gym.atomic import write_atomically
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.judge.suites import SuiteVerdict
 
 # junitparser's annotations name the base classes where xunit2 objects come back (its TestSuite iterates
 # xunit2 testcases, which carry properties()), so its objects are handled as Any at this boundary.
@@ -231,3 +232,24 @@ def read_suite_properties(path: Path | str) -> dict[str, str]:
     for suite in _all_suites(list(_load(path))):
         found.update((p.name, p.value or "") for p in suite.properties())
     return found
+
+
+def flat_properties(verdict: SuiteVerdict) -> dict[str, str]:
+    """Suite-level JUnit properties: name -> text."""
+    s = verdict.stats
+    props = {
+        "tasks": str(s.tasks),
+        "trials": str(s.trials + s.errors),
+        "errors": str(s.errors),
+        "mean_reward": str(s.mean_reward),
+        "ci_low": str(s.ci_low),
+        "ci_high": str(s.ci_high),
+    }
+    props.update({f"pass@{k}": str(v) for k, v in s.pass_at.items()})
+    props.update({f"pass^{k}": str(v) for k, v in s.pass_hat.items()})
+    for gate in verdict.gates:
+        props[f"gate[{gate.gate.label}]"] = f"{'pass' if gate.passed else 'fail'}: {gate.reason}"
+    if verdict.comparison is not None:
+        props["baseline_delta"] = str(verdict.comparison.paired.mean_delta)
+        props["baseline_new_failures"] = str(len(verdict.comparison.new_failures))
+    return props

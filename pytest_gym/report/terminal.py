@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_gym.stash import EXPORTS_KEY, RUN_KEY, TRIALS_KEY, VERDICTS_KEY
-from pytest_gym.verdicts import SuiteVerdict
+from pytest_gym.exporters.api import ExportResult
+from pytest_gym.judge.suites import SuiteVerdict
 
 _SHOW_FAILURES = 5
 
@@ -57,22 +57,24 @@ def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> l
     return lines
 
 
-def write_section(terminalreporter: pytest.TerminalReporter) -> None:
+def write_section(
+    terminalreporter: pytest.TerminalReporter,
+    verdicts: list[SuiteVerdict],
+    run_dir: str,
+    notes: list[str],
+    exports: list[tuple[str, ExportResult]],
+    baseline: str | None,
+) -> None:
     """The ``pytest-gym`` section: suites, gates, baseline, run folder, notes, exports."""
-    config = terminalreporter.config
-    verdicts = config.stash.get(VERDICTS_KEY, None)
-    run = config.stash.get(RUN_KEY, None)
-    if verdicts and run is not None and config.get_verbosity() >= 0:
-        update = None
-        if run.settings.baseline:
-            update = f"pytest ... --gym-baseline {run.settings.baseline} --gym-update-baseline"
-        terminalreporter.write_sep("=", "pytest-gym")
-        for line in summary_lines(verdicts, update):
-            terminalreporter.write_line(line)
-        terminalreporter.write_line(f"run folder: {run.run_dir}")
-        context = config.stash.get(TRIALS_KEY, None)
-        for note in [*run.notes, *(context.notes if context else [])]:
-            terminalreporter.write_line(f"note: {note}")
-        for name, outcome in config.stash.get(EXPORTS_KEY, []):
-            where = f" [{outcome.location}]" if outcome.location else ""
-            terminalreporter.write_line(f"export {name}: {outcome.status} - {outcome.message}{where}")
+    if not verdicts or terminalreporter.config.get_verbosity() < 0:
+        return
+    update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline else None
+    terminalreporter.write_sep("=", "pytest-gym")
+    for line in summary_lines(verdicts, update):
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"run folder: {run_dir}")
+    for note in notes:
+        terminalreporter.write_line(f"note: {note}")
+    for name, outcome in exports:
+        where = f" [{outcome.location}]" if outcome.location else ""
+        terminalreporter.write_line(f"export {name}: {outcome.status} - {outcome.message}{where}")

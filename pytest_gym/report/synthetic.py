@@ -1,19 +1,12 @@
-"""Suite verdicts as reported outcomes, JUnit suite properties and the run's summary file."""
+"""Suite verdicts as reported outcomes: gates and the baseline check appear in JUnit like any test."""
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Literal
 
 import pytest
 
-from pytest_gym.atomic import write_atomically
-from pytest_gym.verdicts import SuiteVerdict
-
-if TYPE_CHECKING:
-    from pytest_gym.gymrun import GymRun
-
-SUMMARY_FILE = "pytest_gym_summary.json"
+from pytest_gym.judge.suites import SuiteVerdict
 
 
 def _report(
@@ -79,38 +72,3 @@ def synthetic_reports(verdict: SuiteVerdict) -> list[pytest.TestReport]:
             [("gym_baseline_delta", c.paired.mean_delta if c.paired.mean_delta is not None else "n/a")],
         )
     return reports
-
-
-def flat_properties(verdict: SuiteVerdict) -> dict[str, str]:
-    """Suite-level JUnit properties: name -> text."""
-    s = verdict.stats
-    props = {
-        "tasks": str(s.tasks),
-        "trials": str(s.trials + s.errors),
-        "errors": str(s.errors),
-        "mean_reward": str(s.mean_reward),
-        "ci_low": str(s.ci_low),
-        "ci_high": str(s.ci_high),
-    }
-    props.update({f"pass@{k}": str(v) for k, v in s.pass_at.items()})
-    props.update({f"pass^{k}": str(v) for k, v in s.pass_hat.items()})
-    for gate in verdict.gates:
-        props[f"gate[{gate.gate.label}]"] = f"{'pass' if gate.passed else 'fail'}: {gate.reason}"
-    if verdict.comparison is not None:
-        props["baseline_delta"] = str(verdict.comparison.paired.mean_delta)
-        props["baseline_new_failures"] = str(len(verdict.comparison.new_failures))
-    return props
-
-
-def write_summary(run: GymRun, verdicts: list[SuiteVerdict]) -> dict[str, Any]:
-    """``pytest_gym_summary.json`` in the run folder (and at --gym-summary), written atomically."""
-    data = {"run_dir": str(run.run_dir), "suites": {v.suite: v.metrics() for v in verdicts}}
-    targets = [run.run_dir / SUMMARY_FILE]
-    if run.settings.summary:
-        from pathlib import Path
-
-        targets.append(Path(run.settings.summary))
-    text = json.dumps(data, indent=2, default=str).encode("utf-8")
-    for target in targets:
-        write_atomically(target, text, fsync=False)
-    return data

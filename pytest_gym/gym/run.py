@@ -1,6 +1,6 @@
-"""The state of one pytest-gym run in one process: settings, run folder, deployment, dispatcher.
+"""The rollout side of one run in one process: settings, run folder, deployment, dispatcher.
 
-Kept in ``config.stash``. The process that owns the run (the only process, or
+No pytest here: ``pytest_gym.session`` holds one ``GymRun``. The process that owns the run (the only process, or
 the xdist controller) chose the run folder and stops the deployment at the end;
 xdist workers get the folder through ``workerinput`` and share the deployment
 recorded there.
@@ -11,18 +11,21 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
-import secrets
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gym.atomic import write_atomically
-from pytest_gym.client import TrialFault, build_request, parse_answer
-from pytest_gym.deployment import STATE_FILE, GymEndpoint, GymError, acquire, discover, read_state, release
-from pytest_gym.report.artifacts import (
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.endpoint import GymEndpoint, GymError
+from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.outcome import TrialSpec
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym.deployment import acquire, discover, read_state, release
+from pytest_gym.gym.server import GymServer
+from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
+from pytest_gym.runfolder.rollouts import (
     ROLLOUTS_FILE,
     RunFolderWriter,
     aggregate_entry,
@@ -30,96 +33,19 @@ from pytest_gym.report.artifacts import (
     read_jsonl,
     write_aggregate_metrics,
 )
-from pytest_gym.results import TrialSpec
-from pytest_gym.resume import write_run_info
-from pytest_gym.secrets import mask_secrets
-from pytest_gym.settings import GymSettings
-from pytest_gym.xdist import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
+from pytest_gym.runfolder.runinfo import write_run_info
 
 if TYPE_CHECKING:
-    from pytest_gym.dispatch import Dispatcher
+    from pytest_gym.rollout.dispatcher import Dispatcher
 
-RUNS_DIR = Path(".pytest_gym") / "runs"
 #: In attach mode, the servers a worker discovered, so that the controller need not ask Gym again.
 ATTACHED_FILE = "attached.json"
 
 
-def new_run_dir(rootdir: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return rootdir / RUNS_DIR / f"{stamp}-{secrets.token_hex(3)}"
-
-
-def check_run_dir_unused(run_dir: Path) -> str | None:
-    """Why ``run_dir`` cannot hold this run, or None. A folder is never reused."""
-    for name in (STATE_FILE, "rollouts.jsonl"):
-        if (run_dir / name).exists():
-            return (
-                f"run folder {run_dir} already holds a run ({name}); pass a new --gym-run-dir "
-                "or leave it out for a fresh folder under .pytest_gym/runs"
-            )
-    return None
-
-
-class GymServer:
-    """The session's Gym deployment, as the ``gym_server`` fixture gives it to tests.
-
-    ``run(row)`` posts a hand-written row to ``/run`` like a trial does and returns
-    Gym's answer, so a test can inspect what the verifier said.
-    """
-
-    def __init__(self, endpoint: GymEndpoint, settings: GymSettings, default_agent: str | None) -> None:
-        self.endpoint = endpoint
-        self.settings = settings
-        self.default_agent = default_agent
-
-    @property
-    def url(self) -> str:
-        return self.endpoint.head_url
-
-    @property
-    def agents(self) -> list[str]:
-        return self.endpoint.agents
-
-    @property
-    def log_path(self) -> str | None:
-        return self.endpoint.log_path
-
-    @property
-    def policy_url(self) -> str | None:
-        return self.endpoint.policy_url
-
-    def run(
-        self,
-        row: dict[str, Any],
-        agent: str | None = None,
-        timeout: float | None = None,
-        task_index: int = 0,
-        repeat: int = 0,
-    ) -> dict[str, Any]:
-        """POST ``row`` to the agent's ``/run`` route; Gym's answer, or TrialFault."""
-        from pytest_gym.dispatch import row_agent
-
-        name = agent or row_agent(row) or self.default_agent
-        if name is None:
-            raise GymError(f"no agent for this row: pass agent=..., one of {', '.join(self.agents)}")
-        url = self.endpoint.route_for(name)
-        import httpx  # imported when used (start-up time)
-
-        body = build_request(row, name, task_index, repeat)
-        limit = timeout or self.settings.trial_timeout
-        try:
-            with httpx.Client(trust_env=False, timeout=limit) as client:
-                response = client.post(url, json=body)
-        except httpx.TimeoutException:
-            raise TrialFault("timeout", f"no answer from {url} within {limit:g} s") from None
-        except httpx.TransportError as exc:
-            raise TrialFault("connection", f"cannot reach {url}: {type(exc).__name__}") from None
-        answer, _ = parse_answer(response.status_code, response.content, url, self.settings.reward_key)
-        return answer
-
-
 @dataclass
 class GymRun:
+    """Deployment, dispatcher and run-folder writer of one process; the owner also stops the deployment."""
+
     settings: GymSettings
     run_dir: Path
     owner: bool
@@ -167,7 +93,7 @@ class GymRun:
             # More workers than slots: each worker has one, and C lock files keep the whole run within C.
             shared = self.worker is not None and self.worker[1] > self.settings.concurrency
             global_slots = GlobalSlots(self.run_dir / BOARD_DIR, self.settings.concurrency) if shared else None
-            from pytest_gym.dispatch import Dispatcher
+            from pytest_gym.rollout.dispatcher import Dispatcher
 
             self.dispatcher = Dispatcher(
                 endpoint,
@@ -180,11 +106,17 @@ class GymRun:
                 retries=self.settings.retries,
                 skip=skip,
             )
-            write_run_info(self.run_dir, self.settings)
-            self.writer = RunFolderWriter(self.run_dir)
-            self.dispatcher.listeners.append(self.writer.record)
+            writer = self.open_writer()
+            self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
+
+    def open_writer(self) -> RunFolderWriter:
+        """The run folder's writer of this process (the run info is written with it)."""
+        if self.writer is None:
+            write_run_info(self.run_dir, self.settings)
+            self.writer = RunFolderWriter(self.run_dir)
+        return self.writer
 
     def _record_attached(self, endpoint: GymEndpoint) -> None:
         target = self.run_dir / ATTACHED_FILE
@@ -250,7 +182,7 @@ class GymRun:
         return self._aggregate_now()
 
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
-        from pytest_gym.fasthttp import FetchError, fetch  # imported when used (asyncio: start-up time)
+        from pytest_gym.rollout.http import FetchError, fetch  # imported when used (asyncio: start-up time)
 
         if self.gym_dead is not None:
             self.notes.append(f"Gym's /aggregate_metrics skipped: {self.gym_dead}")

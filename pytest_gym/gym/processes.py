@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_gym.secrets import mask_secrets
+from pytest_gym.core.masking import mask_secrets
 
 
 def _restore_sigint() -> None:
@@ -45,25 +45,6 @@ def spawn_group(
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def pid_alive(pid: int) -> bool:
-    """Alive and not a zombie: a killed child stays a zombie until its parent reaps it, maybe for long."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
-        pass  # no procfs: fall back to a signal-0 probe
-    try:
-        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

@@ -7,7 +7,7 @@ and at most ``lookahead`` trials ahead of the last one pytest reached; each
 trial item waits only for its own result. A trial pytest reaches before the
 feeder did is started at once, ahead of any prefetch waiting for a slot.
 
-Under xdist a ``ClaimBoard`` (see ``pytest_gym.xdist``) makes the dispatchers
+Under xdist a ``ClaimBoard`` (see ``pytest_gym.rollout.claims``) makes the dispatchers
 of all workers share the trials: each walks the whole list, runs only what it
 claimed, publishes what it ran, and waits for what another worker claimed.
 Without a board everything stays in memory.
@@ -24,23 +24,21 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import json
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_gym.client import MAX_BODY_BYTES, TrialFault, build_request, parse_answer, token_usage
-from pytest_gym.dataset import DatasetError
-from pytest_gym.deployment import GymEndpoint, GymError
-from pytest_gym.fasthttp import BodyTooLarge, HTTPPool, ProtocolError
-from pytest_gym.results import TrialOutcome, TrialSpec
-from pytest_gym.retry import backoff_s, is_retryable
-from pytest_gym.secrets import mask_secrets
+from pytest_gym.core.dataset import DatasetError
+from pytest_gym.core.endpoint import GymEndpoint, GymError
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.rollout.http import HTTPPool
+from pytest_gym.rollout.retry import backoff_s, is_retryable
+from pytest_gym.rollout.transport import TrialFault, build_request, post_rollout, token_usage
 
 if TYPE_CHECKING:
-    from pytest_gym.xdist import ClaimBoard, GlobalSlots
+    from pytest_gym.rollout.claims import ClaimBoard, GlobalSlots
 
 #: Seconds a worker waits beyond the trial timeout for a trial another live worker claimed.
 CLAIM_WAIT_MARGIN_S = 30.0
@@ -278,7 +276,7 @@ class Dispatcher:
                     del self._running[nodeid]
 
     def _board_result(self, spec: TrialSpec, timeout: float | None) -> TrialOutcome:
-        from pytest_gym.xdist import alive
+        from pytest_gym.rollout.claims import alive
 
         board = self.board
         assert board is not None
@@ -488,32 +486,7 @@ class Dispatcher:
         return TrialOutcome.for_spec(spec)
 
     async def _post(self, url: str, body: dict[str, Any], reward_key: str) -> tuple[dict[str, Any], float, float]:
-        """One rollout over the keep-alive pool: (answer, reward, latency), or TrialFault."""
-        started = time.perf_counter()
-        try:
-            payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-        except (TypeError, ValueError) as exc:
-            raise TrialFault("setup", f"the row cannot be sent as JSON: {exc}") from None
-        try:
-            status, data = await asyncio.wait_for(self._http.post(url, payload, MAX_BODY_BYTES), self.trial_timeout)
-        except asyncio.TimeoutError:
-            raise TrialFault(
-                "timeout", f"no answer from {url} within {self.trial_timeout:g} s (--gym-trial-timeout)"
-            ) from None
-        except BodyTooLarge as exc:
-            raise TrialFault(
-                "bad_body",
-                f"Gym's answer from {url} exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB; refusing to read it",
-                exc.status,
-            ) from None
-        except asyncio.IncompleteReadError:
-            raise TrialFault("connection", f"cannot reach {url}: the server closed the connection mid-answer") from None
-        except (OSError, ProtocolError) as exc:
-            raise TrialFault(
-                "connection", f"cannot reach {url}: {type(exc).__name__}: {mask_secrets(str(exc))}"
-            ) from None
-        answer, reward = parse_answer(status, data, url, reward_key)
-        return answer, reward, time.perf_counter() - started
+        return await post_rollout(self._http, url, body, self.trial_timeout, reward_key)
 
     async def _rollout(self, spec: TrialSpec) -> TrialOutcome:
         outcome = self._outcome(spec)

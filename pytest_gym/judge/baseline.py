@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
-from pytest_gym.atomic import write_atomically
-from pytest_gym.stats import PairedDiff, SuiteStats, paired_difference
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.judge.stats import PairedDiff, SuiteStats, paired_difference
 
 SCHEMA_VERSION = 1
 _HEX = frozenset("0123456789abcdef")

@@ -8,16 +8,15 @@ act on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pytest_gym.retry import INFRA_FAILURE_KINDS
-from pytest_gym.secrets import mask_secrets
-
-if TYPE_CHECKING:
-    import httpx
+from pytest_gym.core.masking import mask_secrets
+from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError
+from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _EXCERPT = 200
@@ -75,33 +74,46 @@ def parse_answer(status: int, data: bytes, url: str, reward_key: str) -> tuple[d
     return answer, float(reward)
 
 
-async def post_run(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], timeout: float, reward_key: str
+async def post_rollout(
+    http: HTTPPool, url: str, body: dict[str, Any], timeout: float, reward_key: str
 ) -> tuple[dict[str, Any], float, float]:
-    """One rollout: (answer, reward, latency in seconds), or TrialFault."""
-    import httpx  # imported when used (start-up time)
-
+    """One rollout over the keep-alive pool: (answer, reward, latency in seconds), or TrialFault."""
     started = time.perf_counter()
     try:
-        async with client.stream("POST", url, json=body, timeout=timeout) as response:
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise TrialFault(
-                        "bad_body",
-                        f"Gym's answer from {url} exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB; refusing to read it",
-                        response.status_code,
-                    )
-                chunks.append(chunk)
-            status = response.status_code
-    except httpx.TimeoutException:
+        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise TrialFault("setup", f"the row cannot be sent as JSON: {exc}") from None
+    try:
+        status, data = await asyncio.wait_for(http.post(url, payload, MAX_BODY_BYTES), timeout)
+    except asyncio.TimeoutError:
         raise TrialFault("timeout", f"no answer from {url} within {timeout:g} s (--gym-trial-timeout)") from None
-    except httpx.TransportError as exc:
+    except BodyTooLarge as exc:
+        raise TrialFault(
+            "bad_body",
+            f"Gym's answer from {url} exceeds {MAX_BODY_BYTES // (1024 * 1024)} MiB; refusing to read it",
+            exc.status,
+        ) from None
+    except asyncio.IncompleteReadError:
+        raise TrialFault("connection", f"cannot reach {url}: the server closed the connection mid-answer") from None
+    except (OSError, ProtocolError) as exc:
         raise TrialFault("connection", f"cannot reach {url}: {type(exc).__name__}: {mask_secrets(str(exc))}") from None
-    answer, reward = parse_answer(status, b"".join(chunks), url, reward_key)
+    answer, reward = parse_answer(status, data, url, reward_key)
     return answer, reward, time.perf_counter() - started
+
+
+def post_rollout_once(
+    url: str, body: dict[str, Any], timeout: float, reward_key: str
+) -> tuple[dict[str, Any], float, float]:
+    """``post_rollout`` from synchronous code (``gym_server.run``): its own pool, closed afterwards."""
+
+    async def once() -> tuple[dict[str, Any], float, float]:
+        http = HTTPPool()
+        try:
+            return await post_rollout(http, url, body, timeout, reward_key)
+        finally:
+            await http.aclose()
+
+    return asyncio.run(once())
 
 
 def token_usage(answer: dict[str, Any]) -> dict[str, int]:

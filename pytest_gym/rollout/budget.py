@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 _SPEC = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 
@@ -43,3 +45,26 @@ def parse_error_budget(text: str | None) -> ErrorBudget:
     if number != int(number):
         raise ValueError(f"{text!r}: a number of errors must be a whole number")
     return ErrorBudget(count=int(number))
+
+ERRORS_FILE = ".errors"
+
+
+class SharedErrorCount:
+    """Errored trials of the whole run, shared by xdist workers: one byte appended per error."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / ERRORS_FILE
+
+    def add(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, b"x")
+        finally:
+            os.close(fd)
+
+    def count(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except FileNotFoundError:
+            return 0

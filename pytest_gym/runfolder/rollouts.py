@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.atomic import write_atomically
-from pytest_gym.results import TrialOutcome
-from pytest_gym.secrets import MASK, known_secrets, mask_secrets
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.masking import MASK, known_secrets, mask_secrets
+from pytest_gym.core.outcome import TrialOutcome
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 FAILURES_FILE = "rollouts_failures.jsonl"

@@ -12,7 +12,7 @@ only what ``/run`` needs: ``POST`` with ``Content-Length``, a response with
 of those on these routes).
 
 Errors are plain exceptions (``OSError``, ``asyncio.IncompleteReadError``,
-``ProtocolError``, ``BodyTooLarge``); ``pytest_gym.client`` style faults are
+``ProtocolError``, ``BodyTooLarge``); ``pytest_gym.rollout.transport`` style faults are
 made from them by the caller.
 
 ``fetch`` is the blocking counterpart for the few other calls a run makes

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, cast
 
-from pytest_gym.stats import SuiteStats
+from pytest_gym.judge.stats import SuiteStats
 
 Metric = Literal["mean_reward", "pass@", "pass^", "error_rate", "ci_low(mean_reward)"]
 Op = Literal[">=", ">", "<=", "<"]

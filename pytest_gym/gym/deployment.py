@@ -23,67 +23,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.atomic import write_atomically
-from pytest_gym.processes import log_tail, pid_alive, spawn_group, stop_group
-from pytest_gym.secrets import POLICY_KEY_ENV
-from pytest_gym.settings import GymSettings
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
+from pytest_gym.core.masking import POLICY_KEY_ENV
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym.processes import log_tail, spawn_group, stop_group
 
 STATE_FILE = "deployment.json"
 LOCK_FILE = ".deployment.lock"
 GYM_LOG = "gym_env.log"
 POLICY_LOG = "policy.log"
 COMPONENT_DIRS = ("resources_servers", "responses_api_agents", "responses_api_models", "environment_servers")
-AGENT_TYPE = "responses_api_agents"
-ENVIRONMENT_TYPE = "environment_servers"
-
-
-class GymError(Exception):
-    """Gym could not be started or reached; the message says why and where to look."""
-
-
-@dataclass
-class ServerInstance:
-    process_name: str
-    server_type: str
-    name: str
-    url: str
-    pid: int | None = None
-
-
-@dataclass
-class GymEndpoint:
-    """Where a deployment's servers are; plain data, shared with xdist workers as JSON."""
-
-    head_url: str
-    servers: list[ServerInstance]
-    run_routes: dict[str, str]
-    log_path: str | None = None
-    policy_url: str | None = None
-
-    @property
-    def agents(self) -> list[str]:
-        return sorted(s.process_name for s in self.servers if s.server_type == AGENT_TYPE)
-
-    def route_for(self, agent: str) -> str:
-        """The ``/run`` URL Gym's collector uses for ``agent``: its environment server, else the agent."""
-        try:
-            return self.run_routes[agent]
-        except KeyError:
-            raise GymError(
-                f"agent {agent!r} is not served by this Gym deployment; its agents: {', '.join(self.agents) or 'none'}"
-            ) from None
-
-    def dead_servers(self) -> list[ServerInstance]:
-        """Servers whose process is gone (pids are local: Gym runs on this machine in start mode)."""
-        return [server for server in self.servers if server.pid and not pid_alive(int(server.pid))]
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> GymEndpoint:
-        servers = [ServerInstance(**s) for s in data["servers"]]
-        return cls(**{**data, "servers": servers})
 
 
 def _environment_servers_by_agent(config: Any) -> dict[str, str]:
@@ -106,7 +56,7 @@ def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
     """Ask a running head server for its servers and how rows reach each agent."""
     import yaml  # imported when used: pytest start-up is paid by every run and every xdist worker
 
-    from pytest_gym.fasthttp import FetchError, fetch
+    from pytest_gym.rollout.http import FetchError, fetch
 
     head_url = head_url.rstrip("/")
 
@@ -233,7 +183,7 @@ def start_policy(settings: GymSettings, run_dir: Path, timeout: float = 20.0) ->
     args = [
         sys.executable,
         "-m",
-        "pytest_gym.policy",
+        "pytest_gym.gym.policy",
         "--port",
         "0",
         "--port-file",
@@ -260,23 +210,22 @@ def start_policy(settings: GymSettings, run_dir: Path, timeout: float = 20.0) ->
 def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path) -> None:
     deadline = time.monotonic() + timeout
     last = "no answer yet"
-    import httpx
+    from pytest_gym.rollout.http import FetchError, fetch
 
-    with httpx.Client(timeout=2.0, trust_env=False) as client:
-        while time.monotonic() < deadline:
-            code = proc.poll()
-            if code is not None:
-                raise GymError(
-                    f"Gym exited with code {code} during start-up; log {log_path}, last lines:\n{log_tail(log_path)}"
-                )
-            try:
-                response = client.get(f"{head_url}/readyz")
-                if response.status_code == 200:
-                    return
-                last = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                last = type(exc).__name__
-            time.sleep(0.25)
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            raise GymError(
+                f"Gym exited with code {code} during start-up; log {log_path}, last lines:\n{log_tail(log_path)}"
+            )
+        try:
+            status, _ = fetch("GET", f"{head_url}/readyz", timeout=2.0)
+            if status == 200:
+                return
+            last = f"HTTP {status}"
+        except FetchError as exc:
+            last = str(exc) or type(exc).__name__
+        time.sleep(0.25)
     raise GymError(
         f"Gym did not become ready within {timeout:g} s (/readyz: {last}; raise --gym-startup-timeout if it "
         f"is just slow); log {log_path}, last lines:\n{log_tail(log_path)}"

@@ -1,4 +1,4 @@
-"""xdist: how workers share one rollout budget and one set of trials without running any twice.
+"""Claims: how xdist workers share one rollout budget and one set of trials without running any twice.
 
 Every worker sees the same ``session.items`` but does not know in advance which
 of them the controller will hand it. So each worker's dispatcher prefetches the
@@ -17,8 +17,7 @@ gets ``C // n``, plus one for the first ``C % n`` workers. With fewer slots than
 workers (C < n) each worker gets one, and a rollout must also hold one of C
 lock files in the run folder (``GlobalSlots``), so C still bounds the run.
 
-This module imports no xdist: ``XdistHooks`` is registered only when xdist is
-installed, the rest is plain files.
+Plain files, no pytest and no xdist: ``pytest_gym.xdist_hooks`` wires them to xdist.
 """
 
 from __future__ import annotations
@@ -30,16 +29,10 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from pytest_gym.items import GymTrial
-from pytest_gym.processes import pid_alive
-from pytest_gym.report.progress import TRIAL_ID
-from pytest_gym.results import TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import TrialOutcome
+from pytest_gym.core.pids import pid_alive
 
 BOARD_DIR = ".xdist-trials"
 #: A claim file still empty after this long belongs to a process that died while writing it.
@@ -51,16 +44,6 @@ def worker_share(concurrency: int, workers: int, index: int) -> int:
     workers = max(1, workers)
     share = concurrency // workers + (1 if index % workers < concurrency % workers else 0)
     return max(1, share)
-
-
-def worker_slot(workerinput: dict[str, Any] | None) -> tuple[int, int] | None:
-    """(index, count) of an xdist worker from its ``workerinput`` (``gw3`` is index 3); None elsewhere."""
-    if workerinput is None:
-        return None
-    count = int(workerinput.get("workercount", 1))
-    workerid = str(workerinput.get("workerid", "gw0"))
-    digits = "".join(ch for ch in workerid if ch.isdigit())
-    return (int(digits) if digits else 0), max(1, count)
 
 
 class ClaimBoard:
@@ -225,100 +208,6 @@ class GlobalSlots:
         self._held.clear()
 
 
-def session_plan(session: pytest.Session) -> tuple[list[TrialSpec], Callable[[], Sequence[int]] | None]:
-    """The session's trials in run order, and (on an xdist worker) which of them it was handed, next first."""
-    indices = [i for i, item in enumerate(session.items) if isinstance(item, GymTrial)]
-    specs = [item.spec for item in session.items if isinstance(item, GymTrial)]
-    return specs, _worker_queue(session.config, indices)
-
-
-def _worker_queue(config: pytest.Config, trial_indices: Sequence[int]) -> Callable[[], Sequence[int]] | None:
-    """Read xdist's queue of item indices handed to this worker (not a public API: None when it changes)."""
-    if not hasattr(config, "workerinput"):
-        return None
-    interactor = next(
-        (p for p in config.pluginmanager.get_plugins() if type(p).__name__ == "WorkerInteractor"),
-        None,
-    )
-    if interactor is None or not hasattr(interactor, "torun"):
-        return None
-    plan_index = {session_index: i for i, session_index in enumerate(trial_indices)}
-
-    def upcoming() -> Sequence[int]:
-        torun: Any = getattr(interactor, "torun", None)
-        try:
-            if hasattr(torun, "lock"):
-                with torun.lock() as queue:
-                    pending = list(queue)
-            else:
-                pending = list(getattr(torun, "queue", ()))
-        except Exception:  # whatever a future xdist keeps there: prefetch in plan order instead
-            return ()
-        following = getattr(interactor, "nextitem_index", None)
-        if isinstance(following, int):
-            pending.insert(0, following)
-        return [plan_index[i] for i in pending if isinstance(i, int) and i in plan_index]
-
-    return upcoming
-
-
 def alive(pid: int) -> bool:
     """Whether a claimant still runs (-1: a claim being written counts as alive; a zombie does not)."""
-    if pid < 0:
-        return True
-    if pid == 0 or not pid_alive(pid):
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
-
-
-class XdistHooks:
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
-        self.trials: int | None = None  # on the controller: how many trials the workers collected
-        self.reported: set[str] = set()
-
-    @pytest.hookimpl
-    def pytest_configure_node(self, node: Any) -> None:
-        """Send the run folder to each worker: they share the controller's deployment."""
-        from pytest_gym.stash import RUN_KEY, WORKER_RUN_DIR
-
-        node.workerinput[WORKER_RUN_DIR] = str(self.config.stash[RUN_KEY].run_dir)
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """A worker waits now until every worker collected and the controller hands out items: use that
-        time to reach Gym and start prefetching (claims keep the workers from running a trial twice)."""
-        config = session.config
-        if not hasattr(config, "workerinput") or config.option.collectonly or getattr(config.option, "setupplan", 0):
-            return
-        from pytest_gym.deployment import GymError
-        from pytest_gym.stash import RUN_KEY
-
-        if config.stash[RUN_KEY].settings.resume:
-            return  # which trials are reused is decided with the first trial's fixtures
-
-        planned, upcoming = session_plan(session)
-        if planned:
-            with contextlib.suppress(GymError):  # recorded: the trials' gym_server fixture reports it
-                config.stash[RUN_KEY].open(planned, upcoming)
-
-    @pytest.hookimpl
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
-        if self.trials is None:
-            self.trials = sum(1 for nodeid in ids if TRIAL_ID.search(nodeid))
-
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """On the controller: once every trial reported, every rollout is in the run folder; let Gym start
-        on the aggregate metrics while the workers shut down."""
-        if not self.trials or report.when != "teardown" or not TRIAL_ID.search(report.nodeid):
-            return
-        self.reported.add(report.nodeid)
-        if len(self.reported) == self.trials:
-            from pytest_gym.stash import RUN_KEY
-
-            self.config.stash[RUN_KEY].start_aggregate()
+    return pid < 0 or (pid > 0 and pid_alive(pid))

@@ -1,11 +1,20 @@
-"""What one trial is and what came of it: plain data, no pytest, no I/O."""
+"""What one trial is and what came of it: plain data, no pytest, no I/O.
+
+A trial's outcome crosses from an xdist worker to the controller only as
+``report.user_properties`` (builtins, serialised by xdist). ``to_properties`` and
+``from_properties`` are the one codec for that; ``is_trial`` recognises a trial
+by its properties, ``is_trial_nodeid`` by its node id where only ids are known.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_gym.dataset import Task
+from pytest_gym.core.dataset import Task
 
 
 @dataclass(frozen=True)
@@ -63,10 +72,10 @@ class TrialOutcome:
     def ok(self) -> bool:
         return self.error is None
 
-    def properties(self) -> list[tuple[str, object]]:
+    def to_properties(self) -> list[tuple[str, object]]:
         """Builtins-only ``user_properties``: they travel through xdist and into JUnit."""
         props: list[tuple[str, object]] = [
-            ("gym_task_hash", self.task_hash),
+            (TRIAL_MARK, self.task_hash),
             ("gym_repeat", self.repeat),
             ("gym_line", self.line),
             ("gym_latency_s", round(self.latency_s, 4)),
@@ -93,3 +102,63 @@ class TrialOutcome:
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
         known["tokens"] = dict(known.get("tokens") or {})
         return cls(**known)
+
+
+#: The first property of every trial's reports; its presence marks a report as a trial's.
+TRIAL_MARK = "gym_task_hash"
+_TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}\[r\d+\]$")
+_TOKENS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+def is_trial_nodeid(nodeid: str) -> bool:
+    """Whether a node id names a trial (``<dataset>::<hash12>[rN]``): for places that know only ids."""
+    return _TRIAL_NODEID.search(nodeid) is not None
+
+
+def is_trial(properties: Iterable[tuple[str, object]]) -> bool:
+    return any(name == TRIAL_MARK for name, _ in properties)
+
+
+def _int(value: object, default: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> TrialOutcome | None:
+    """The outcome ``to_properties`` described, or None when these are not a trial's properties.
+
+    Values are checked, not trusted: properties may have been written by another version or by hand.
+    """
+    props = dict(properties)
+    if TRIAL_MARK not in props:
+        return None
+    error_class = props.get("gym_error_class")
+    tokens = {name: _int(props[f"gym_{name}"], 0) for name in _TOKENS if f"gym_{name}" in props}
+    return TrialOutcome(
+        nodeid=nodeid,
+        task_hash=str(props[TRIAL_MARK]),
+        repeat=_int(props.get("gym_repeat"), 0),
+        line=_int(props.get("gym_line"), 0),
+        dataset=nodeid.split("::", 1)[0],
+        reward=_float(props.get("gym_reward")),
+        latency_s=_float(props.get("gym_latency_s")) or 0.0,
+        attempts=_int(props.get("gym_attempts"), 1),
+        error=str(error_class) if error_class else None,
+        error_class=str(error_class) if error_class else None,
+        tokens=tokens,
+        reused=props.get("gym_reused") is True,
+    )

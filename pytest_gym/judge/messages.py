@@ -1,12 +1,10 @@
-"""Turn a finished rollout into a pass, a failure or an error, with a message worth reading."""
+"""The text of a trial's failure or error: what a reader needs to act, bounded and free of secrets."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
-from pytest_gym.results import TrialOutcome
+from pytest_gym.core.outcome import TrialOutcome
 
 _SKIP_FIELDS = {"responses_create_params", "response", "mask_sample", "_ng_task_index", "_ng_rollout_index"}
 _MAX_FIELDS = 8
@@ -39,24 +37,9 @@ def fault_message(outcome: TrialOutcome) -> str:
     )
 
 
-def raise_fault(outcome: TrialOutcome) -> None:
-    """Fail the setup phase: the trial is reported as an error, not a failure."""
-    pytest.fail(fault_message(outcome), pytrace=False)
-
-
 def failure_message(outcome: TrialOutcome, min_reward: float, reward_key: str) -> str:
     head = (
         f"reward {outcome.reward!r} < min_reward {float(min_reward)!r} for task {outcome.task_hash[:12]} "
         f"({outcome.dataset}:{outcome.line}, repeat {outcome.repeat})"
     )
     return "\n".join([head, *diagnostics(outcome.answer, reward_key)])
-
-
-def check_reward(outcome: TrialOutcome, min_reward: float, reward_key: str, xfail: bool = False) -> None:
-    """Fail a low reward; with ``--gym-verdict gate`` report it as xfail (only gates decide)."""
-    assert outcome.reward is not None, "check_reward needs a finished rollout"
-    if outcome.reward < min_reward:
-        message = failure_message(outcome, min_reward, reward_key)
-        if xfail:
-            pytest.xfail(message)
-        pytest.fail(message, pytrace=False)

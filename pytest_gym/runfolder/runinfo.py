@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.atomic import write_atomically
-from pytest_gym.report.artifacts import ROLLOUTS_FILE, read_jsonl
-from pytest_gym.settings import GymSettings
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
 
 RUN_INFO_FILE = "pytest_gym_run.json"
 
@@ -89,3 +90,18 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
         if isinstance(task_hash, str) and isinstance(repeat, int):
             records[(task_hash, repeat)] = record
     return Reusable(records=records, note=f"resume: {len(records)} finished trials available from {resume_dir}")
+
+
+def reused_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome | None:
+    reward = record.get(spec.reward_key)
+    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+        return None
+    ref = record.get("agent_ref")
+    return TrialOutcome.for_spec(
+        spec,
+        reward=float(reward),
+        answer=record,
+        attempts=int(record.get("_pytest_gym_attempts", 1)),
+        agent=ref.get("name") if isinstance(ref, dict) else spec.agent,
+        reused=True,
+    )

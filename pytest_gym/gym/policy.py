@@ -294,7 +294,7 @@ class PolicyServer(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_gym.policy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pytest_gym.gym.policy", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--answer", default=Script.answer)

@@ -1,8 +1,8 @@
 """Suite-level verdicts: collect every trial's result, compute statistics, judge gates and baselines.
 
-Results are gathered from test reports on the process that owns the run (the only
-process, or the xdist controller), from the builtins-only ``user_properties`` each
-trial carries: one code path, so the numbers are the same with and without xdist.
+The process that owns the run (the only process, or the xdist controller) feeds
+every trial's outcome, decoded from its reports' properties, into ``SuiteResults``:
+one code path, so the numbers are the same with and without xdist. No pytest here.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from pytest_gym.baseline import (
+from pytest_gym.core.outcome import TrialOutcome
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.judge.baseline import (
     Baseline,
     BaselineError,
     Comparison,
@@ -24,9 +24,12 @@ from pytest_gym.baseline import (
     load_baseline,
     write_baseline,
 )
-from pytest_gym.gates import Gate, GateResult, GateSyntaxError, evaluate, parse_gate
-from pytest_gym.settings import GymSettings
-from pytest_gym.stats import SuiteStats, suite_stats
+from pytest_gym.judge.gates import Gate, GateResult, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.stats import SuiteStats, suite_stats
+
+
+class BadGate(ValueError):
+    """A gate expression that does not parse, with where it came from (a usage error at the top)."""
 
 
 def parse_gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
@@ -35,7 +38,7 @@ def parse_gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
         try:
             gates.append(parse_gate(text))
         except GateSyntaxError as exc:
-            raise pytest.UsageError(f"pytest-gym: bad gate from {where}: {exc}") from None
+            raise BadGate(f"pytest-gym: bad gate from {where}: {exc}") from None
     return gates
 
 
@@ -91,27 +94,24 @@ SuiteSettings = Callable[[str], tuple[GymSettings, list[Gate]]]
 
 
 @dataclass
-class RunResults:
+class SuiteResults:
+    """Every trial's result of the run, grouped into suites by the path part of the node id."""
+
     settings: GymSettings
     gates: list[Gate]
     settings_for: SuiteSettings | None = None
     trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
     narrowed: bool = False
 
-    def add_report(self, report: pytest.TestReport) -> None:
-        props = dict(report.user_properties)
-        if "gym_task_hash" not in props or report.when == "teardown":
-            return
-        suite = report.nodeid.split("::", 1)[0]
-        key = (suite, str(props["gym_task_hash"]), int(props["gym_repeat"]))  # type: ignore[call-overload]
-        record = self.trials.setdefault(
-            key,
-            TrialRecord(suite, key[1], key[2], int(props.get("gym_line", 0))),  # type: ignore[call-overload]
-        )
-        if report.when == "setup" and report.failed:
+    def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
+        """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
+        suite = outcome.nodeid.split("::", 1)[0]
+        key = (suite, outcome.task_hash, outcome.repeat)
+        record = self.trials.setdefault(key, TrialRecord(suite, outcome.task_hash, outcome.repeat, outcome.line))
+        if errored or outcome.error is not None:
             record.error = True
-        elif "gym_reward" in props:
-            record.reward = float(props["gym_reward"])  # type: ignore[arg-type]
+        elif outcome.reward is not None:
+            record.reward = outcome.reward
 
     def suites(self) -> dict[str, list[TrialRecord]]:
         grouped: dict[str, list[TrialRecord]] = defaultdict(list)

@@ -1,4 +1,4 @@
-"""Collectors: a jsonl dataset becomes one trial item per (distinct row, repeat).
+"""Collection: a jsonl dataset (or a suite file) becomes one trial item per (distinct row, repeat).
 
 Trials are real ``pytest.Function`` items, so fixtures, ``--setup-plan``,
 ``-k``, ``--lf`` and ``record_property`` work on them as on any test. Their
@@ -15,15 +15,30 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.dataset import DatasetError, Task, read_tasks
-from pytest_gym.results import TrialOutcome, TrialSpec
-from pytest_gym.settings import GymSettings
+from pytest_gym.core.dataset import DatasetError, Task, read_tasks
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.suitefile import SuiteFileError, suite_settings
-from pytest_gym.verdict import check_reward
 
 
 class GymDuplicateRowWarning(pytest.PytestWarning):
     """A dataset holds the same row more than once; the copies are one task."""
+
+
+def raise_fault(outcome: TrialOutcome) -> None:
+    """Fail the setup phase: the trial is reported as an error, not a failure."""
+    pytest.fail(fault_message(outcome), pytrace=False)
+
+
+def check_reward(outcome: TrialOutcome, min_reward: float, reward_key: str, xfail: bool = False) -> None:
+    """Fail a low reward; with ``--gym-verdict gate`` report it as xfail (only gates decide)."""
+    assert outcome.reward is not None, "check_reward needs a finished rollout"
+    if outcome.reward < min_reward:
+        message = failure_message(outcome, min_reward, reward_key)
+        if xfail:
+            pytest.xfail(message)
+        pytest.fail(message, pytrace=False)
 
 
 def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
@@ -59,6 +74,12 @@ class GymDatasetFile(pytest.File):
     reward_key: str = "reward"
     xfail_low: bool = False
     dataset_path: Path
+
+    def __init__(self, *args: Any, settings: GymSettings | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.dataset_path = self.path
+        if settings is not None:
+            self.configure(settings)
 
     def configure(self, settings: GymSettings, dataset: Path | None = None) -> None:
         """Take this suite's settings (the run's, or a suite file's merged with them)."""

@@ -1,157 +1,28 @@
-"""Exporters: named plugins that send a finished run where people already look.
-
-An exporter is a class with a ``name``, a pydantic ``Settings`` model and an
-``export(run)`` method. Settings are validated when pytest starts
-(:func:`configure_exporters`), so a misconfigured export fails before any
-rollout is paid for; exports run once at the end (:func:`run_exports`) and
-report their outcome instead of raising, so one broken tracking server never
-hides the test results.
-
-Third parties register an exporter class through the ``pytest_gym.exporters``
-entry-point group, or return it from a ``conftest.py`` hook (the ``extra``
-argument of :func:`available_exporters`).
-"""
+"""Which exporters exist (built-ins, entry points, conftest hooks), configuring them, and running them."""
 
 from __future__ import annotations
 
 import difflib
 import importlib.metadata
-import json
 import os
-import re
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from pytest_gym.secrets import _SECRET_NAME, known_secrets, mask_mapping, mask_secrets
-
-ENTRY_POINT_GROUP = "pytest_gym.exporters"
-SUMMARY_FILE = "pytest_gym_summary.json"  # the name pytest_gym.report.summary writes
-_ENV_KEY = "pytest_gym_env"
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^@/\s]+@")
-
-
-def mask_text(text: str) -> str:
-    """:func:`mask_secrets` plus passwords in URLs (``scheme://user:***@host``), which no env var names."""
-    return _URL_PASSWORD.sub(r"\1***@", mask_secrets(text))
-
-
-def mask_data(data: Any) -> Any:
-    """:func:`mask_mapping` (secret-named keys, known secret values) plus passwords in URLs, for whatever is written."""
-    data = mask_mapping(data)
-    if isinstance(data, dict):
-        return {key: mask_data(value) for key, value in data.items()}
-    if isinstance(data, list):
-        return [mask_data(item) for item in data]
-    return _URL_PASSWORD.sub(r"\1***@", data) if isinstance(data, str) else data
-
-
-@dataclass(frozen=True)
-class ExportRun:
-    """Everything an exporter may send about one finished run.
-
-    ``settings`` is already masked by the caller; exporters still pass what they
-    write through :func:`pytest_gym.secrets.mask_mapping`, because a leaked key
-    cannot be taken back.
-    """
-
-    run_id: str
-    run_dir: Path
-    summary: dict[str, Any]
-    settings: dict[str, Any]
-    artifacts: list[Path] = field(default_factory=list)
-    exit_status: int = 0
-
-    @classmethod
-    def from_run_dir(
-        cls,
-        run_dir: Path,
-        settings: Mapping[str, Any],
-        exit_status: int,
-        artifacts: Sequence[Path] | None = None,
-    ) -> ExportRun:
-        """Build the run from its folder: the summary from ``pytest_gym_summary.json`` and,
-        unless given, every file in the folder as an artifact (half-written ``*.tmp`` left out)."""
-        summary_path = run_dir / SUMMARY_FILE
-        summary: dict[str, Any] = (
-            json.loads(summary_path.read_text(encoding="utf-8"))
-            if summary_path.exists()
-            else {"run_dir": str(run_dir), "suites": {}}
-        )
-        if artifacts is None:
-            artifacts = sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.endswith(".tmp"))
-        return cls(
-            run_id=run_dir.name,
-            run_dir=run_dir,
-            summary=summary,
-            settings=mask_data(dict(settings)),
-            artifacts=list(artifacts),
-            exit_status=int(exit_status),
-        )
-
-
-@dataclass
-class ExportResult:
-    """What one export did. ``skipped``: already exported (or nothing to export to);
-    ``failed``: an expected failure, reported rather than raised."""
-
-    status: Literal["succeeded", "skipped", "failed"]
-    message: str
-    location: str | None = None
-
-
-class ExportSettings(BaseModel):
-    """Base for exporter settings: unknown keys are errors, so a typo is never ignored."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class Exporter(ABC):
-    """A named exporter. Subclasses set ``name`` and ``Settings`` and implement ``export``.
-
-    ``export`` must not raise for expected failures (unreachable server, missing
-    optional dependency): return a ``failed`` result with the fix instead.
-    Exporting the same run twice must be harmless: return ``skipped``.
-    """
-
-    name: ClassVar[str]
-    Settings: ClassVar[type[BaseModel]] = ExportSettings
-
-    def __init__(self, settings: BaseModel) -> None:
-        self.settings = settings
-
-    @abstractmethod
-    def export(self, run: ExportRun) -> ExportResult: ...
-
-
-def env_setting(var: str, description: str, default: Any = None) -> Any:
-    """A settings field read only from the environment variable ``var``.
-
-    Use it for credentials: :func:`configure_exporters` fills it from ``$var``
-    and refuses it on the command line, where it would land in shell history,
-    CI logs and process listings.
-    """
-    return Field(
-        default, description=f"{description} (from ${var}, never the command line)", json_schema_extra={_ENV_KEY: var}
-    )
-
-
-def _env_var(info: Any) -> str | None:
-    extra = info.json_schema_extra
-    return extra.get(_ENV_KEY) if isinstance(extra, dict) else None
-
-
-class ExportConfigError(ValueError):
-    """Every problem with the export options at once, each with its fix."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        listing = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"pytest-gym exports are misconfigured ({len(self.problems)} problem(s)):\n{listing}")
+from pytest_gym.core.masking import SECRET_NAME
+from pytest_gym.exporters.api import (
+    ENTRY_POINT_GROUP,
+    ExportConfigError,
+    Exporter,
+    ExportResult,
+    ExportRun,
+    _env_var,
+    mask_text,
+)
+from pytest_gym.exporters.github import GithubExporter
+from pytest_gym.exporters.mlflow import MlflowExporter
+from pytest_gym.exporters.summary import SummaryExporter
 
 
 class ExporterRegistry(dict[str, type[Exporter]]):
@@ -166,19 +37,7 @@ class ExporterRegistry(dict[str, type[Exporter]]):
         self.broken: dict[str, str] = {}
 
 
-def plugin_version() -> str:
-    """The installed pytest-gym version, recorded with every export so readers know what wrote it."""
-    try:
-        return importlib.metadata.version("pytest-gym")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def _builtin_exporters() -> list[type[Exporter]]:
-    from pytest_gym.exporters.github import GithubExporter
-    from pytest_gym.exporters.mlflow import MlflowExporter
-    from pytest_gym.exporters.summary import SummaryExporter
-
     return [SummaryExporter, MlflowExporter, GithubExporter]
 
 
@@ -306,7 +165,7 @@ def configure_exporters(
                 "set that variable instead of passing it on the command line"
             )
             continue
-        if info is None and _SECRET_NAME.search(key):
+        if info is None and SECRET_NAME.search(key):
             problems.append(
                 f"{shown}: credentials are never taken from the command line; "
                 "set them in the environment variable the exporter documents"
@@ -376,25 +235,11 @@ def run_exports(exporters: Sequence[Exporter], run: ExportRun) -> list[tuple[str
     return results
 
 
-def masked_artifact(path: Path, staging: Path) -> Path:
-    """``path`` itself, or a masked copy in ``staging`` when the file holds a known secret.
+class BuiltinExports:
+    """The configured exporters, run through the public ``pytest_gym_export`` hook like any plugin's."""
 
-    Run-folder files come from Gym and policies that may echo a key back; an
-    exporter that uploads files checks them here first.
-    """
-    secrets = [s.encode() for s in known_secrets()]
-    if not secrets:
-        return path
-    data = path.read_bytes()
-    if not any(s in data for s in secrets):
-        return path
-    for s in secrets:
-        data = data.replace(s, b"***")
-    copy = staging / path.name
-    n = 1
-    while copy.exists():
-        copy = staging / f"{n}" / path.name
-        n += 1
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_bytes(data)
-    return copy
+    def __init__(self, exporters: list[Exporter]) -> None:
+        self.exporters = exporters
+
+    def pytest_gym_export(self, run: ExportRun) -> list[tuple[str, ExportResult]]:
+        return run_exports(self.exporters, run)

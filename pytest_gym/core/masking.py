@@ -15,7 +15,7 @@ from typing import Any
 
 POLICY_KEY_ENV = "GYM_POLICY_API_KEY"
 MASK = "***"
-_SECRET_NAME = re.compile(r"(api[_-]?key|token|secret|password|authorization|credential)", re.IGNORECASE)
+SECRET_NAME = re.compile(r"(api[_-]?key|token|secret|password|authorization|credential)", re.IGNORECASE)
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-]{6,}")
 
 
@@ -23,7 +23,7 @@ def known_secrets() -> list[str]:
     """Values that must never appear: the policy key and other secret-named env vars."""
     values = []
     for name, value in os.environ.items():
-        if (name == POLICY_KEY_ENV or _SECRET_NAME.search(name)) and len(value) >= 6:
+        if (name == POLICY_KEY_ENV or SECRET_NAME.search(name)) and len(value) >= 6:
             values.append(value)
     return sorted(set(values), key=len, reverse=True)
 
@@ -40,7 +40,7 @@ def mask_mapping(data: Any) -> Any:
         return {
             key: (
                 MASK
-                if isinstance(key, str) and _SECRET_NAME.search(key) and value not in (None, "")
+                if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "")
                 else mask_mapping(value)
             )
             for key, value in data.items()

@@ -1,0 +1,27 @@
+"""The run's summary file: every suite's numbers, gates and baseline comparison, as JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_gym.core.atomic import write_atomically
+
+#: The one definition of the summary file's name (exporters and the report read it too).
+SUMMARY_FILE = "pytest_gym_summary.json"
+
+
+def write_summary(
+    run_dir: Path, suites: Mapping[str, Any], extra_target: str | None = None, **fields: Any
+) -> dict[str, Any]:
+    """``pytest_gym_summary.json`` in the run folder (and at ``extra_target``), written atomically."""
+    data = {"run_dir": str(run_dir), "suites": dict(suites), **fields}
+    targets = [run_dir / SUMMARY_FILE]
+    if extra_target:
+        targets.append(Path(extra_target))
+    text = json.dumps(data, indent=2, default=str).encode("utf-8")
+    for target in targets:
+        write_atomically(target, text, fsync=False)
+    return data

@@ -1,0 +1,447 @@
+"""The run as pytest sees it: one ``GymSession`` per process, registered once; its methods are the hooks.
+
+Everything a run keeps lives here (settings, the rollout side, the suite results,
+the notes, the verdicts, the exports), under one stash key. The end of the
+session is one ordered method, ``pytest_sessionfinish``: close the rollouts,
+judge the suites and report gates and baselines as tests (before pytest writes
+JUnit), then post-process JUnit, run the exports and stop Gym (after).
+
+Under xdist the controller owns the run (it judges, exports and stops Gym) and
+each worker runs trials; workers send their notes back through ``workeroutput``
+(see ``pytest_gym.xdist_hooks``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import signal
+import threading
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault
+from pytest_gym.core.endpoint import GymError
+from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.options import is_suite_file
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
+from pytest_gym.core.settings import GymSettings, SettingError, resolve
+from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
+from pytest_gym.gym.run import GymRun
+from pytest_gym.gym.server import GymServer
+from pytest_gym.judge.gates import Gate
+from pytest_gym.judge.suites import BadGate, SuiteResults, SuiteVerdict, parse_gates
+from pytest_gym.report.junit import flat_properties, postprocess_junit
+from pytest_gym.report.progress import Progress
+from pytest_gym.report.synthetic import synthetic_reports
+from pytest_gym.report.terminal import write_section
+from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount, parse_error_budget
+from pytest_gym.runfolder.location import check_run_dir_unused, new_run_dir
+from pytest_gym.runfolder.runinfo import Reusable, load_reusable, reused_outcome
+from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
+from pytest_gym.suitefile import suite_settings
+from pytest_gym.xdist_hooks import SESSION_PLUGIN, WORKER_OUTPUT, worker_queue, worker_run_dir, worker_slot
+
+SESSION_KEY = pytest.StashKey["GymSession"]()
+#: Run-folder files handed to exporters (the ones that exist).
+ARTIFACTS = (
+    "rollouts.jsonl",
+    "rollouts_failures.jsonl",
+    "rollouts_materialized_inputs.jsonl",
+    "rollouts_aggregate_metrics.json",
+    SUMMARY_FILE,
+    "gym_env.log",
+    "policy.log",
+)
+
+
+def settings_of(config: pytest.Config) -> GymSettings:
+    try:
+        return resolve(config.getoption, config.getini, cli_base=config.invocation_params.dir, ini_base=config.rootpath)
+    except SettingError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (a CI job cancelled, a container stopped) ends the run like Ctrl-C: pytest reports what
+    # finished and every sessionfinish runs, so Gym and the policy are stopped and the run folder is whole.
+    raise KeyboardInterrupt(f"pytest-gym: stopped by signal {signum}")
+
+
+@dataclass
+class TrialState:
+    """What every trial of this process needs besides its own spec: decided once, with the first trial."""
+
+    budget: ErrorBudget
+    total: int
+    errors: SharedErrorCount
+    reusable: Reusable | None = None
+    reused: frozenset[str] = field(default_factory=frozenset)
+
+
+class GymSession:
+    """pytest-gym's state and hooks for one pytest process."""
+
+    def __init__(self, config: pytest.Config, settings: GymSettings, run_dir: Path, owner: bool) -> None:
+        self.config = config
+        self.settings = settings
+        self.owner = owner
+        workerinput = getattr(config, "workerinput", None)
+        self.run = GymRun(settings=settings, run_dir=run_dir, owner=owner, worker=worker_slot(workerinput))
+        self.gates = self._gates(settings.gate, "--gym-gate / gym_gate")
+        #: Notes for the terminal section and the summary: this process's, and (controller) the workers'.
+        self.notes: list[str] = []
+        self.trials: TrialState | None = None
+        self.results: SuiteResults | None = None
+        self.progress = Progress(interval_s=settings.progress_interval)
+        self.verdicts: list[SuiteVerdict] | None = None
+        self.exports: list[tuple[str, ExportResult]] = []
+        self.exporters: list[Exporter] = []
+        self._setup_errors: dict[str, str] = {}
+        self._finished = False
+        self._sigterm_installed = False
+        if owner:
+            self.results = SuiteResults(settings, self.gates, settings_for=self._suite_settings)
+            self.results.narrowed = bool(
+                config.getoption("keyword")
+                or config.getoption("markexpr")
+                or config.getoption("deselect", None)
+                or config.getoption("lf", False)
+            )
+            self.exporters = self._configured_exporters()
+
+    @property
+    def run_dir(self) -> Path:
+        return self.run.run_dir
+
+    @property
+    def resume(self) -> bool:
+        return bool(self.settings.resume)
+
+    # -- setting up --------------------------------------------------------------------------------
+
+    @classmethod
+    def install(cls, config: pytest.Config, run_dir: Path | None = None) -> GymSession:
+        """Validate the settings, create the session and register it (once; later calls return it)."""
+        existing = config.stash.get(SESSION_KEY, None)
+        if existing is not None:
+            return existing
+        settings = settings_of(config)
+        workerinput = getattr(config, "workerinput", None)
+        owner = workerinput is None
+        if not owner:
+            run_dir = worker_run_dir(workerinput)
+        if run_dir is None:
+            run_dir = Path(settings.run_dir) if settings.run_dir else new_run_dir(config.rootpath)
+        if owner:
+            problem = check_run_dir_unused(run_dir)
+            if problem:
+                raise pytest.UsageError(f"pytest-gym: {problem}")
+        cls._check(settings)
+        session = cls(config, settings, run_dir, owner)
+        config.stash[SESSION_KEY] = session
+        config.pluginmanager.register(session, SESSION_PLUGIN)
+        session._install_sigterm()
+        return session
+
+    @staticmethod
+    def _check(settings: GymSettings) -> None:
+        try:
+            parse_error_budget(settings.max_errors)
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest-gym: --gym-max-errors: {exc}") from None
+        if settings.resume and not Path(settings.resume).is_dir():
+            raise pytest.UsageError(f"pytest-gym: --gym-resume {settings.resume} is not a run folder")
+        if settings.update_baseline and not settings.baseline:
+            raise pytest.UsageError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
+
+    @staticmethod
+    def _gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
+        try:
+            return parse_gates(expressions, where)
+        except BadGate as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    def _configured_exporters(self) -> list[Exporter]:
+        if not self.settings.export and not self.settings.export_opt:
+            return []
+        from pytest_gym.exporters.registry import BuiltinExports, available_exporters, configure_exporters
+
+        extra = [cls for group in self.config.hook.pytest_gym_exporters() for cls in group]
+        try:
+            exporters = configure_exporters(
+                self.settings.export, self.settings.export_opt, available_exporters(extra=extra)
+            )
+        except ExportConfigError as exc:
+            raise pytest.UsageError(f"pytest-gym: {exc}") from None
+        if exporters:
+            self.config.pluginmanager.register(BuiltinExports(exporters), "pytest-gym-exports")
+        return exporters
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _terminate)
+            self._sigterm_installed = True
+
+    def add_dataset_args(self) -> None:
+        """Make sure every dataset is collected; alone, when the command line named datasets but no paths."""
+        config = self.config
+        datasets = list(self.settings.dataset)
+        if not datasets:
+            return
+        for dataset in datasets:
+            if not Path(dataset).is_file():
+                raise pytest.UsageError(
+                    f"pytest-gym: dataset {dataset} does not exist (from --gym-dataset or gym_dataset); "
+                    "check the path (relative paths: command line from the current folder, ini from the rootdir)"
+                )
+        from_cli = bool(config.getoption("gym_dataset"))
+        if from_cli and config.args_source != pytest.Config.ArgsSource.ARGS:
+            config.args[:] = datasets
+            return
+        known = {str(Path(arg).resolve()) for arg in config.args}
+        config.args.extend(d for d in datasets if d not in known)
+
+    def _suite_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
+        """How the owner finds a suite's settings and gates (it may not have collected: xdist)."""
+        config = self.config
+        path = config.rootpath / suite
+        if not is_suite_file(path):
+            return self.settings, self.gates
+        settings, _ = suite_settings(
+            path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+        )
+        return settings, self._gates(settings.gate, f"suite file {path}")
+
+    # -- collection ---------------------------------------------------------------------------------
+
+    def collect_file(self, file_path: Path, parent: pytest.Collector) -> GymDatasetFile | None:
+        if is_suite_file(file_path):
+            suite: GymSuiteFile = GymSuiteFile.from_parent(parent, path=file_path)
+            return suite
+        if str(file_path) not in self.settings.dataset:
+            return None
+        collector: GymDatasetFile = GymDatasetFile.from_parent(parent, path=file_path, settings=self.settings)
+        return collector
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
+
+    # -- trials ------------------------------------------------------------------------------------
+
+    def plan(self, session: pytest.Session) -> list[TrialSpec]:
+        """Every selected trial, in run order (identical on all xdist workers, which claim them from one another)."""
+        return [item.spec for item in session.items if isinstance(item, GymTrial)]
+
+    def _trial_state(self, session: pytest.Session) -> TrialState:
+        if self.trials is None:
+            planned = self.plan(session)
+            settings = self.settings
+            reusable = load_reusable(Path(settings.resume), settings) if settings.resume else None
+            reused: frozenset[str] = frozenset()
+            if reusable is not None:
+                self.notes.append(reusable.note)
+                reused = frozenset(s.nodeid for s in planned if reusable.take(s.task.hash, s.repeat) is not None)
+            self.trials = TrialState(
+                parse_error_budget(settings.max_errors),
+                len(planned),
+                SharedErrorCount(self.run.run_dir),
+                reusable,
+                reused,
+            )
+        return self.trials
+
+    def open_gym(self, session: pytest.Session) -> GymServer:
+        """The deployment, acquired once per process; dispatching of the planned trials starts with it."""
+        state = self._trial_state(session)
+        planned = self.plan(session)
+        try:
+            return self.run.open(planned, worker_queue(session, planned), skip=state.reused)
+        except GymError as exc:
+            pytest.fail(f"pytest-gym: {exc}", pytrace=False)
+
+    def trial_outcome(self, item: GymTrial) -> TrialOutcome:
+        """The finished rollout of ``item`` (reused, or run now); a fault fails the setup phase."""
+        spec = item.spec
+        state = self._trial_state(item.session)
+        record = state.reusable.take(spec.task.hash, spec.repeat) if state.reusable else None
+        outcome = reused_outcome(spec, record) if record else None
+        if outcome is not None and record is not None:
+            self.run.open_writer().append_rollout(record)
+        else:
+            self.open_gym(item.session)
+            if state.budget.exceeded(state.errors.count(), state.total):
+                self.run.stop_dispatch()
+                pytest.fail(
+                    f"not run: {state.errors.count()} trials errored, more than --gym-max-errors allows "
+                    f"({state.budget.limit(state.total)} of {state.total}); fix the cause (see the first errors) "
+                    "and rerun",
+                    pytrace=False,
+                )
+            assert self.run.dispatcher is not None
+            try:
+                outcome = self.run.dispatcher.result(spec)
+            except concurrent.futures.CancelledError:
+                pytest.fail("cancelled: the run was stopped before this rollout started", pytrace=False)
+        item.user_properties.extend(outcome.to_properties())
+        if not outcome.ok:
+            state.errors.add()
+            raise_fault(outcome)
+        return outcome
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        session = item.session
+        if session.shouldstop or session.shouldfail:
+            self.run.stop_dispatch()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """On the owner: every trial's reports arrive here (xdist forwards the workers')."""
+        if self.results is None:
+            return
+        if report.when == "setup" and report.failed:
+            self._setup_errors[report.nodeid] = report.longreprtext.strip() or "setup failed"
+        if report.when != "teardown":
+            return
+        setup_error = self._setup_errors.pop(report.nodeid, None)
+        outcome = from_properties(report.nodeid, report.user_properties)
+        if outcome is None:
+            return
+        if setup_error is not None:
+            outcome.error, outcome.error_class = setup_error, outcome.error_class or "setup"
+        self.results.add(outcome, errored=setup_error is not None)
+        self.progress.add(outcome)
+        self.config.hook.pytest_gym_trial_result(trial=outcome, result=outcome)
+        self._maybe_print_progress()
+
+    def _maybe_print_progress(self) -> None:
+        if self.config.get_verbosity() < 0 or not self.progress.due():
+            return
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(self.progress.line())
+
+    def add_worker_notes(self, notes: Sequence[object]) -> None:
+        """Notes a worker sent back (the controller keeps one copy of each)."""
+        for note in notes:
+            text = mask_secrets(str(note))
+            if text not in self.notes:
+                self.notes.append(text)
+
+    def worker_payload(self) -> dict[str, Any]:
+        """What a worker sends the controller at its end (builtins only: xdist serialises it)."""
+        return {"notes": list(self.notes)}
+
+    # -- the end of the session, in order ----------------------------------------------------------
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        """Before pytest's own sessionfinish (JUnit): close, judge, report gates. After: JUnit, exports, stop."""
+        try:
+            if session.shouldstop or session.shouldfail or session.exitstatus == pytest.ExitCode.INTERRUPTED:
+                self.run.stop_dispatch()  # -x, --maxfail, Ctrl-C: cancel, do not drain
+            self._close_rollouts()
+            if self.owner:
+                self._judge(session)
+            else:
+                workeroutput = getattr(self.config, "workeroutput", None)
+                if workeroutput is not None:
+                    workeroutput[WORKER_OUTPUT] = self.worker_payload()
+        except BaseException:
+            self._stop_gym()
+            raise
+        try:
+            return (yield)
+        finally:
+            try:
+                if self.owner and self.verdicts is not None:
+                    self._postprocess_junit()
+                    self._export(session)
+            finally:
+                self._stop_gym()
+
+    def _close_rollouts(self) -> None:
+        self.run.close()  # every rollout of this process is in the run folder now
+        self.notes.extend(n for n in self.run.notes if n not in self.notes)
+        self.run.notes.clear()
+
+    def _judge(self, session: pytest.Session) -> None:
+        results = self.results
+        if results is None or not results.trials:
+            return
+        self.run.aggregate_metrics()
+        self._collect_run_notes()
+        verdicts = self.verdicts = results.judge(self.config.rootpath)
+        write_summary(
+            self.run.run_dir, {v.suite: v.metrics() for v in verdicts}, self.settings.summary, notes=self.notes
+        )
+        failed = False
+        session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
+        for verdict in verdicts:
+            self.config.hook.pytest_gym_suite_result(suite=verdict.suite, metrics=verdict.metrics())
+            for report in synthetic_reports(verdict):
+                self.config.hook.pytest_runtest_logreport(report=report)
+                failed = failed or report.failed
+        if failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _collect_run_notes(self) -> None:
+        self.notes.extend(n for n in self.run.notes if n not in self.notes)
+        self.run.notes.clear()
+
+    def _postprocess_junit(self) -> None:
+        xmlpath = getattr(self.config.option, "xmlpath", None)
+        if not xmlpath or not Path(xmlpath).exists():
+            return
+        suites = {v.suite: flat_properties(v) for v in self.verdicts or []}
+        postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True)
+
+    def _export(self, session: pytest.Session) -> None:
+        """Run the exports last, when the JUnit file, the summary and the exit status are final."""
+        run_dir = self.run.run_dir
+        artifacts = [run_dir / name for name in ARTIFACTS if (run_dir / name).is_file()]
+        run = ExportRun.from_run_dir(run_dir, self.settings.model_dump(mode="json"), int(session.exitstatus), artifacts)
+        for returned in self.config.hook.pytest_gym_export(run=run, config=self.config):
+            self.exports.extend(_export_pairs(returned))
+        failed = any(result.status == "failed" for _, result in self.exports)
+        if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _stop_gym(self) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self.run.finish()
+        self._collect_run_notes()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
+        result = yield
+        write_section(
+            terminalreporter,
+            self.verdicts or [],
+            str(self.run.run_dir),
+            self.notes,
+            self.exports,
+            self.settings.baseline,
+        )
+        return result
+
+    def unconfigure(self) -> None:
+        """Last resort (a session that never reached sessionfinish): stop what this process started."""
+        if self._sigterm_installed and signal.getsignal(signal.SIGTERM) is _terminate:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        self._stop_gym()
+
+
+def _export_pairs(returned: Any) -> list[tuple[str, ExportResult]]:
+    if isinstance(returned, ExportResult):
+        return [("export", returned)]
+    if isinstance(returned, list):
+        return [(str(name), result) for name, result in returned if isinstance(result, ExportResult)]
+    return []

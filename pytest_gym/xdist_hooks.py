@@ -1,0 +1,181 @@
+"""pytest-xdist wiring: registered only when xdist is installed; everything that reads xdist lives here.
+
+- ``workerinput`` carries the run folder to every worker, so all of them share one deployment;
+- ``workeroutput`` carries each worker's notes back; the controller merges them (``pytest_testnodedown``);
+- a worker reaches Gym and starts prefetching as soon as it collected;
+- the controller learns the number of trials from a worker's collection and, once every trial
+  reported, asks Gym for the aggregate metrics while the workers shut down.
+
+The controller does not collect. When nothing on its command line or ini file shows pytest-gym in
+use (a suite file found by the workers), it reserves a run folder path for the workers anyway and
+starts its session with the first trial report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from pytest_gym.core.outcome import TrialSpec, is_trial, is_trial_nodeid
+from pytest_gym.runfolder.location import new_run_dir
+
+#: workerinput key carrying the run folder to xdist workers.
+WORKER_RUN_DIR = "pytest_gym_run_dir"
+#: workeroutput key carrying a worker's notes back to the controller.
+WORKER_OUTPUT = "pytest_gym"
+#: The name the session object is registered under.
+SESSION_PLUGIN = "pytest-gym-session"
+
+
+class _Run(Protocol):
+    def start_aggregate(self) -> None: ...
+
+
+class _Progress(Protocol):
+    total: int | None
+
+
+class Session(Protocol):
+    """What these hooks use of ``pytest_gym.session.GymSession`` (which imports this module, not the reverse)."""
+
+    @property
+    def run(self) -> _Run: ...
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def progress(self) -> _Progress: ...
+
+    def plan(self, session: pytest.Session) -> list[TrialSpec]: ...
+    def open_gym(self, session: pytest.Session) -> object: ...
+    def add_worker_notes(self, notes: Sequence[object]) -> None: ...
+    def worker_payload(self) -> dict[str, Any]: ...
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None: ...
+
+    @property
+    def resume(self) -> bool: ...
+
+
+def worker_slot(workerinput: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(index, count) of an xdist worker from its ``workerinput`` (``gw3`` is index 3); None elsewhere."""
+    if workerinput is None:
+        return None
+    count = int(workerinput.get("workercount", 1))
+    workerid = str(workerinput.get("workerid", "gw0"))
+    digits = "".join(ch for ch in workerid if ch.isdigit())
+    return (int(digits) if digits else 0), max(1, count)
+
+
+def worker_run_dir(workerinput: dict[str, Any] | None) -> Path | None:
+    value = (workerinput or {}).get(WORKER_RUN_DIR)
+    return Path(value) if value else None
+
+
+def worker_queue(session: pytest.Session, planned: Sequence[TrialSpec]) -> Callable[[], Sequence[int]] | None:
+    """Which of ``planned`` (by position) this worker was handed, next first; None off xdist.
+
+    Reads xdist's queue of item indices (``WorkerInteractor.torun``, not a public API: None when it changes).
+    """
+    config = session.config
+    if not hasattr(config, "workerinput"):
+        return None
+    interactor = next((p for p in config.pluginmanager.get_plugins() if type(p).__name__ == "WorkerInteractor"), None)
+    if interactor is None or not hasattr(interactor, "torun"):
+        return None
+    position = {spec.nodeid: i for i, spec in enumerate(planned)}
+    plan_index = {i: position[item.nodeid] for i, item in enumerate(session.items) if item.nodeid in position}
+
+    def upcoming() -> Sequence[int]:
+        torun: Any = getattr(interactor, "torun", None)
+        try:
+            if hasattr(torun, "lock"):
+                with torun.lock() as queue:
+                    pending = list(queue)
+            else:
+                pending = list(getattr(torun, "queue", ()))
+        except Exception:  # whatever a future xdist keeps there: prefetch in plan order instead
+            return ()
+        following = getattr(interactor, "nextitem_index", None)
+        if isinstance(following, int):
+            pending.insert(0, following)
+        return [plan_index[i] for i in pending if isinstance(i, int) and i in plan_index]
+
+    return upcoming
+
+
+class XdistHooks:
+    def __init__(self, config: pytest.Config, install: Callable[[Path], Session]) -> None:
+        self.config = config
+        self._install = install
+        self.trials: int | None = None  # on the controller: how many trials the workers collected
+        self.reported: set[str] = set()
+        self._reserved: Path | None = None
+
+    def _session(self) -> Session | None:
+        session: Session | None = self.config.pluginmanager.get_plugin(SESSION_PLUGIN)
+        return session
+
+    def _controller_session(self) -> Session:
+        """The controller's session, started now if the command line did not show pytest-gym in use."""
+        return self._session() or self._install(self._reserved_run_dir())
+
+    def _reserved_run_dir(self) -> Path:
+        if self._reserved is None:
+            self._reserved = new_run_dir(self.config.rootpath)
+        return self._reserved
+
+    @pytest.hookimpl
+    def pytest_configure_node(self, node: Any) -> None:
+        """Send the run folder to each worker: they share the controller's deployment."""
+        session = self._session()
+        run_dir = session.run_dir if session is not None else self._reserved_run_dir()
+        node.workerinput[WORKER_RUN_DIR] = str(run_dir)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """A worker waits now until every worker collected and the controller hands out items: use that
+        time to reach Gym and start prefetching (claims keep the workers from running a trial twice)."""
+        config = session.config
+        gym = self._session()
+        if gym is None or not hasattr(config, "workerinput"):
+            return
+        if config.option.collectonly or getattr(config.option, "setupplan", 0) or gym.resume:
+            return  # with --gym-resume, which trials are reused is decided with the first trial
+        if gym.plan(session):
+            with contextlib.suppress(pytest.fail.Exception):  # recorded: the trials report it
+                gym.open_gym(session)
+
+    @pytest.hookimpl
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
+        if self.trials is None:
+            self.trials = sum(1 for nodeid in ids if is_trial_nodeid(nodeid))
+            if self.trials:
+                gym = self._controller_session()
+                gym.progress.total = self.trials
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """On the controller: once every trial reported, every rollout is in the run folder; let Gym start
+        on the aggregate metrics while the workers shut down."""
+        if hasattr(self.config, "workerinput") or not is_trial(report.user_properties):
+            return
+        gym = self._session()
+        if gym is None:  # the first trial report (workers found a suite file): start the session with it
+            gym = self._controller_session()
+            gym.pytest_runtest_logreport(report)
+        if not self.trials or report.when != "teardown":
+            return
+        self.reported.add(report.nodeid)
+        if len(self.reported) == self.trials:
+            gym.run.start_aggregate()
+
+    @pytest.hookimpl
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """On the controller: a worker finished; keep its notes for the summary."""
+        payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+        gym = self._session()
+        if gym is not None and isinstance(payload, dict):
+            gym.add_worker_notes(payload.get("notes") or [])
