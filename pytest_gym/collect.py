@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_gym.core.dataset import DatasetError, Task, read_tasks
+from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.messages import failure_message, fault_message
@@ -158,7 +159,8 @@ class GymDatasetFile(pytest.File):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, (DatasetError, SuiteFileError)):
-            return str(excinfo.value)
+            # A dataset or suite file may hold (or point at) anything, /proc/self/environ included.
+            return clean_text(str(excinfo.value), MAX_MESSAGE)
         return super().repr_failure(excinfo)
 
 

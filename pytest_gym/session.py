@@ -16,16 +16,16 @@ from __future__ import annotations
 import concurrent.futures
 import signal
 import threading
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault
 from pytest_gym.core.endpoint import GymError
-from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
@@ -41,10 +41,12 @@ from pytest_gym.report.terminal import write_section
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.location import check_run_dir_unused, new_run_dir
 from pytest_gym.runfolder.runinfo import Reusable, load_reusable, reused_outcome
+from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
 from pytest_gym.suitefile import suite_settings
 from pytest_gym.xdist_hooks import SESSION_PLUGIN, WORKER_OUTPUT, worker_queue, worker_run_dir, worker_slot
 
+T = TypeVar("T")
 SESSION_KEY = pytest.StashKey["GymSession"]()
 #: Run-folder files handed to exporters (the ones that exist).
 ARTIFACTS = (
@@ -244,7 +246,7 @@ class GymSession:
             reusable = load_reusable(Path(settings.resume), settings) if settings.resume else None
             reused: frozenset[str] = frozenset()
             if reusable is not None:
-                self.notes.append(reusable.note)
+                self.add_note(reusable.note)
                 reused = frozenset(s.nodeid for s in planned if reusable.take(s.task.hash, s.repeat) is not None)
             self.trials = TrialState(
                 parse_error_budget(settings.max_errors),
@@ -262,7 +264,7 @@ class GymSession:
         try:
             return self.run.open(planned, worker_queue(session, planned), skip=state.reused)
         except GymError as exc:
-            pytest.fail(f"pytest-gym: {exc}", pytrace=False)
+            pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)
 
     def trial_outcome(self, item: GymTrial) -> TrialOutcome:
         """The finished rollout of ``item`` (reused, or run now); a fault fails the setup phase."""
@@ -304,7 +306,7 @@ class GymSession:
         if self.results is None:
             return
         if report.when == "setup" and report.failed:
-            self._setup_errors[report.nodeid] = report.longreprtext.strip() or "setup failed"
+            self._setup_errors[report.nodeid] = clean_text(report.longreprtext.strip(), MAX_MESSAGE) or "setup failed"
         if report.when != "teardown":
             return
         setup_error = self._setup_errors.pop(report.nodeid, None)
@@ -326,12 +328,16 @@ class GymSession:
             reporter.ensure_newline()
             reporter.write_line(self.progress.line())
 
+    def add_note(self, note: object) -> None:
+        """Keep a note for the terminal section and the summary: masked, bounded, once."""
+        text = clean_text(str(note), MAX_MESSAGE)
+        if text not in self.notes:
+            self.notes.append(text)
+
     def add_worker_notes(self, notes: Sequence[object]) -> None:
         """Notes a worker sent back (the controller keeps one copy of each)."""
         for note in notes:
-            text = mask_secrets(str(note))
-            if text not in self.notes:
-                self.notes.append(text)
+            self.add_note(note)
 
     def worker_payload(self) -> dict[str, Any]:
         """What a worker sends the controller at its end (builtins only: xdist serialises it)."""
@@ -339,13 +345,22 @@ class GymSession:
 
     # -- the end of the session, in order ----------------------------------------------------------
 
+    def _step(self, what: str, call: Callable[..., T], *args: Any) -> T | None:
+        """One step of the end of the session: a failure becomes a note, never a traceback that would
+        skip the steps after it (JUnit, the summary, the exports, stopping Gym)."""
+        try:
+            return call(*args)
+        except Exception as exc:
+            self.add_note(f"{what} failed: {type(exc).__name__}: {exc}")
+            return None
+
     @pytest.hookimpl(wrapper=True, trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
         """Before pytest's own sessionfinish (JUnit): close, judge, report gates. After: JUnit, exports, stop."""
         try:
             if session.shouldstop or session.shouldfail or session.exitstatus == pytest.ExitCode.INTERRUPTED:
-                self.run.stop_dispatch()  # -x, --maxfail, Ctrl-C: cancel, do not drain
-            self._close_rollouts()
+                self._step("stopping the rollouts", self.run.stop_dispatch)  # -x, --maxfail, Ctrl-C: cancel
+            self._step("closing the rollouts", self._close_rollouts)
             if self.owner:
                 self._judge(session)
             else:
@@ -359,39 +374,53 @@ class GymSession:
             return (yield)
         finally:
             try:
-                if self.owner and self.verdicts is not None:
-                    self._postprocess_junit()
-                    self._export(session)
+                if self.owner:
+                    self._step("adding the suite results to the JUnit report", self._postprocess_junit)
+                    if self.verdicts is not None:
+                        self._step("exporting the run", self._export, session)
             finally:
                 self._stop_gym()
 
     def _close_rollouts(self) -> None:
-        self.run.close()  # every rollout of this process is in the run folder now
-        self.notes.extend(n for n in self.run.notes if n not in self.notes)
-        self.run.notes.clear()
+        try:
+            self.run.close()  # every rollout of this process is in the run folder now
+        finally:
+            self._collect_run_notes()
 
     def _judge(self, session: pytest.Session) -> None:
+        """Judge the suites and write the summary, whatever Gym answered: each step may fail on its own."""
         results = self.results
         if results is None or not results.trials:
             return
-        self.run.aggregate_metrics()
+        self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
         self._collect_run_notes()
-        verdicts = self.verdicts = results.judge(self.config.rootpath)
-        write_summary(
-            self.run.run_dir, {v.suite: v.metrics() for v in verdicts}, self.settings.summary, notes=self.notes
+        verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
+        if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # no verdict is not a pass
+        self.verdicts = verdicts = verdicts or []
+        self._step(
+            "writing the summary",
+            lambda: write_summary(
+                self.run.run_dir, {v.suite: v.metrics() for v in verdicts}, self.settings.summary, notes=self.notes
+            ),
         )
         failed = False
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
         for verdict in verdicts:
-            self.config.hook.pytest_gym_suite_result(suite=verdict.suite, metrics=verdict.metrics())
-            for report in synthetic_reports(verdict):
-                self.config.hook.pytest_runtest_logreport(report=report)
+            self._step(
+                "the pytest_gym_suite_result hook",
+                lambda v: self.config.hook.pytest_gym_suite_result(suite=v.suite, metrics=v.metrics()),
+                verdict,
+            )
+            for report in self._step("reporting the gates", lambda v: list(synthetic_reports(v)), verdict) or []:
+                self._step("reporting a gate", lambda r: self.config.hook.pytest_runtest_logreport(report=r), report)
                 failed = failed or report.failed
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _collect_run_notes(self) -> None:
-        self.notes.extend(n for n in self.run.notes if n not in self.notes)
+        for note in self.run.notes:
+            self.add_note(note)
         self.run.notes.clear()
 
     def _postprocess_junit(self) -> None:
@@ -404,6 +433,7 @@ class GymSession:
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""
         run_dir = self.run.run_dir
+        self._scrub()  # what the exporters upload is masked by now (Gym still runs: masked again at its stop)
         artifacts = [run_dir / name for name in ARTIFACTS if (run_dir / name).is_file()]
         run = ExportRun.from_run_dir(run_dir, self.settings.model_dump(mode="json"), int(session.exitstatus), artifacts)
         for returned in self.config.hook.pytest_gym_export(run=run, config=self.config):
@@ -412,12 +442,21 @@ class GymSession:
         if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+    def _scrub(self) -> None:
+        """Mask what other processes wrote into the run folder (Gym's log, its outputs, the policy's log)."""
+        if self.owner and self.run.run_dir.is_dir():
+            for problem in self._step("masking the run folder", scrub_run_folder, self.run.run_dir) or []:
+                self.add_note(problem)
+
     def _stop_gym(self) -> None:
         if self._finished:
             return
         self._finished = True
-        self.run.finish()
-        self._collect_run_notes()
+        try:
+            self._step("stopping Gym", self.run.finish)
+            self._collect_run_notes()
+        finally:
+            self._scrub()  # again: Gym wrote to its log until it stopped
 
     @pytest.hookimpl(wrapper=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:

@@ -16,9 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.core.masking import clean_text
+
 REQUIRED_KEY = "responses_create_params"
 HASH_PREFIX_LEN = 12
 _EXCERPT_LEN = 80
+_EXCERPT_WINDOW = 1024
 
 
 class DatasetError(Exception):
@@ -56,7 +59,8 @@ def parse_row(raw: bytes, path: Path, line: int) -> dict[str, Any]:
     try:
         row = json.loads(text, parse_constant=_reject_constant)
     except (ValueError, RecursionError) as exc:
-        excerpt = text.strip()
+        # The "dataset" may be any file (/proc/self/environ): the excerpt is masked before it is cut.
+        excerpt = clean_text(text.strip()[:_EXCERPT_WINDOW], _EXCERPT_WINDOW)
         if len(excerpt) > _EXCERPT_LEN:
             excerpt = excerpt[:_EXCERPT_LEN] + "..."
         raise DatasetError(
@@ -132,7 +136,16 @@ def read_tasks(path: Path, row_hook: RowHook | None = None) -> list[Task]:
     tasks: dict[str, Task] = {}
     for line, offset, raw in iter_rows(path):
         row = parse_row(raw, path, line)
-        digest = hashlib.sha256(canonical_json(row)).hexdigest()
+        try:
+            digest = hashlib.sha256(canonical_json(row)).hexdigest()
+        except UnicodeEncodeError as exc:
+            raise DatasetError(
+                path,
+                line,
+                f"the row holds a lone UTF-16 surrogate ({exc.object[exc.start]!r}, written escaped in the JSON), "
+                "which no UTF-8 text can carry",
+                "replace the escape with the character it was meant to be (a surrogate pair), or remove it",
+            ) from None
         override: dict[str, Any] | None = None
         if row_hook is not None:
             override = row_hook(row, line)

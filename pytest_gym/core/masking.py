@@ -1,9 +1,24 @@
-"""Keep credentials out of everything the plugin writes or prints.
+"""Keep credentials and hostile text out of everything the plugin writes or prints.
 
 The policy key lives only in the environment variable ``GYM_POLICY_API_KEY``;
 Gym reads it through an ``${oc.env:...}`` interpolation, so it is never on a
-command line. Anything that may echo it back (Gym's log, error bodies,
-exported configs) passes through :func:`mask_secrets` first.
+command line. Gym, policies and verifiers may still echo it (or another
+credential) back, and their answers are not ours to trust. So every text that
+leaves the process goes through one pass, :func:`mask_secrets` (for text) or
+:func:`mask_data` (for JSON-like data), which masks:
+
+- the value of ``GYM_POLICY_API_KEY`` and of every secret-named environment variable, also
+  when cut short (any 8-character prefix of one is masked with what follows of it);
+- credentials in a URL's user-info (``scheme://user:***@host``);
+- values of secret-looking keys (api_key, token, secret, password, authorization,
+  credential): in mappings, and in ``key=value``, ``key: value``, ``"key": "value"`` and
+  ``?key=value`` text;
+- ``Bearer``/``Basic`` tokens.
+
+Text from Gym is also bounded and stripped of control characters
+(:func:`clean_text`) before it reaches a terminal or a report, and Gym's JSON
+answers are checked for depth (:func:`json_depth_exceeds`) before anything
+recursive walks them.
 """
 
 from __future__ import annotations
@@ -15,38 +30,189 @@ from typing import Any
 
 POLICY_KEY_ENV = "GYM_POLICY_API_KEY"
 MASK = "***"
-SECRET_NAME = re.compile(r"(api[_-]?key|token|secret|password|authorization|credential)", re.IGNORECASE)
-_BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-]{6,}")
+_SECRET_WORD = (
+    r"(?:api[_-]?key|apikey|access[_-]?key|private[_-]?key|secret|passw(?:or)?d|passphrase|authorization"
+    r"|credential|token(?!s|iz))"  # not input_tokens, max_tokens, tokenizer: those are counts and names
+)
+#: A secret-looking name (of an environment variable, a mapping key, a ``key=value`` key).
+SECRET_NAME = re.compile(_SECRET_WORD, re.IGNORECASE)
+_MIN_SECRET = 6
+#: A known secret cut short (an excerpt, a truncated field) still leaks: its prefixes this long are masked too.
+_FRAGMENT = 8
+_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/=\-]{6,})", re.IGNORECASE)
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^/\s:@?#\"'<>]*)"
+    r"(?::(?P<password>[^/\s@?#\"'<>]*))?@"
+)
+_KEY_VALUE = re.compile(
+    rf"""(?<![\w.\-])(?P<q>["']?)(?P<key>(?=[\w.\-]*?{_SECRET_WORD})[\w.\-]+)(?P=q)(?P<sep>\s*[:=]\s*)"""
+    r"""(?P<value>\$\{[^}\n]*\}|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'"""
+    r"""|(?:(?:Bearer|Basic)\s+)?[^\s,;&"'<>(){}\[\]\\]+)""",
+    re.IGNORECASE,
+)
+#: Cheap tests that tell most text needs no regular expression at all.
+_KEY_HINTS = ("key", "secret", "passw", "passphrase", "authorization", "credential", "token")
+_SCHEME_HINTS = ("bearer", "basic")
+#: Values a secret-looking key may keep: numbers, JSON/Python literals, an already masked value, and
+#: placeholders (``token=...``, ``token=VALUE``, ``token=$GITHUB_TOKEN``: a hint, not a credential).
+_PLAIN_VALUE = re.compile(
+    r"-?\d{1,9}(?:\.\d+)?|true|false|null|none|\*+|\.{2,}|\u2026|value|\$\{?[A-Za-z_]\w*\}?|", re.IGNORECASE
+)
+#: Characters a terminal or an XML report must not receive: C0/C1 controls but tab and newline, DEL,
+#: bidirectional overrides, and lone surrogates (they crash every UTF-8 encoder).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+#: The longest text from Gym one field of a message may show.
+MAX_FIELD = 2000
+#: The longest message (a trial's failure, a note) the plugin prints or reports.
+MAX_MESSAGE = 8000
+#: How deep a JSON answer from Gym may nest (real answers nest about 10 levels).
+MAX_DEPTH = 64
 
 
 def known_secrets() -> list[str]:
-    """Values that must never appear: the policy key and other secret-named env vars."""
+    """Values that must never appear: the policy key and other secret-named env vars, longest first."""
     values = []
     for name, value in os.environ.items():
-        if (name == POLICY_KEY_ENV or SECRET_NAME.search(name)) and len(value) >= 6:
+        if (name == POLICY_KEY_ENV or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET:
             values.append(value)
     return sorted(set(values), key=len, reverse=True)
 
 
+class Masker:
+    """One masking pass with the known secrets read once (walking a large answer must not re-read them).
+
+    ``same_length`` masks with as many ``*`` as the masked text has UTF-8 bytes, so a file can be
+    masked in place while another process still appends to it.
+    """
+
+    def __init__(self, secrets: list[str] | None = None, same_length: bool = False) -> None:
+        self.secrets = known_secrets() if secrets is None else secrets
+        self.same_length = same_length
+
+    def _mask(self, original: str) -> str:
+        if not self.same_length:
+            return MASK
+        return "*" * len(original.encode("utf-8", "surrogateescape"))
+
+    def text(self, text: str) -> str:
+        for secret in self.secrets:
+            text = self._fragments(text, secret)
+        if "://" in text:
+            text = _URL_USERINFO.sub(self._userinfo, text)
+        lower = text.lower()
+        if any(hint in lower for hint in _KEY_HINTS):
+            text = _KEY_VALUE.sub(self._key_value, text)
+        if any(hint in lower for hint in _SCHEME_HINTS):
+            text = _BEARER.sub(lambda m: m.group("scheme") + m.group("space") + self._mask(m.group("token")), text)
+        return text
+
+    def _fragments(self, text: str, secret: str) -> str:
+        head = secret[:_FRAGMENT]
+        if head not in text:
+            return text
+        parts, start = [], 0
+        while (found := text.find(head, start)) >= 0:
+            end, matched = found + len(head), len(head)
+            while matched < len(secret) and end < len(text) and text[end] == secret[matched]:
+                end, matched = end + 1, matched + 1
+            parts += [text[start:found], self._mask(text[found:end])]
+            start = end
+        parts.append(text[start:])
+        return "".join(parts)
+
+    def _userinfo(self, match: re.Match[str]) -> str:
+        user, password = match.group("user"), match.group("password")
+        if password is not None:
+            return f"{match.group('scheme')}{user}:{self._mask(password) if password else ''}@"
+        return f"{match.group('scheme')}{self._mask(user) if user else ''}@"  # a token as the user name
+
+    def _key_value(self, match: re.Match[str]) -> str:
+        value = match.group("value")
+        quote = value[0] if value[:1] in ("'", '"') else ""
+        inner = value[1:-1] if quote else value
+        scheme = re.match(r"(?:Bearer|Basic)\s+", inner, re.IGNORECASE)
+        prefix = scheme.group(0) if scheme else ""
+        secret = inner[len(prefix) :]
+        if _PLAIN_VALUE.fullmatch(secret) or _PLAIN_VALUE.fullmatch(secret.rstrip(".:")) or secret.startswith("${"):
+            return match.group(0)
+        head = match.group(0)[: match.start("value") - match.start()]
+        return f"{head}{quote}{prefix}{self._mask(secret)}{quote}"
+
+    def data(self, data: Any, depth: int = 0) -> Any:
+        """A copy with every string masked, and everything under a secret-named key masked whole."""
+        if depth > MAX_DEPTH:
+            return "<nested too deep>"
+        if isinstance(data, str):
+            return self.text(data)
+        if isinstance(data, Mapping):
+            out: dict[Any, Any] = {}
+            for key, value in data.items():
+                name = self.text(key) if isinstance(key, str) else key
+                if isinstance(key, str) and SECRET_NAME.search(key):
+                    out[name] = self._all(value, depth + 1)
+                else:
+                    out[name] = self.data(value, depth + 1)
+            return out
+        if isinstance(data, (list, tuple)):
+            return [self.data(item, depth + 1) for item in data]
+        return data
+
+    def _all(self, data: Any, depth: int) -> Any:
+        """Under a secret-named key: every string masked (numbers, booleans and null say nothing)."""
+        if depth > MAX_DEPTH:
+            return "<nested too deep>"
+        if isinstance(data, str):
+            return self._mask(data) if data else data
+        if isinstance(data, Mapping):
+            return {key: self._all(value, depth + 1) for key, value in data.items()}
+        if isinstance(data, (list, tuple)):
+            return [self._all(item, depth + 1) for item in data]
+        return data
+
+
 def mask_secrets(text: str) -> str:
-    for value in known_secrets():
-        text = text.replace(value, MASK)
-    return _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    """``text`` with every credential masked (see the module's docstring for what counts)."""
+    return Masker().text(text)
+
+
+def mask_data(data: Any) -> Any:
+    """A copy of JSON-like data with every string masked and secret-named keys' values masked whole."""
+    return Masker().data(data)
 
 
 def mask_mapping(data: Any) -> Any:
-    """A copy of a config-like structure with secret-named values masked."""
-    if isinstance(data, Mapping):
-        return {
-            key: (
-                MASK
-                if isinstance(key, str) and SECRET_NAME.search(key) and value not in (None, "")
-                else mask_mapping(value)
-            )
-            for key, value in data.items()
-        }
-    if isinstance(data, (list, tuple)):
-        return [mask_mapping(item) for item in data]
-    if isinstance(data, str):
-        return mask_secrets(data)
-    return data
+    """The former name of :func:`mask_data` (exporters use it)."""
+    return mask_data(data)
+
+
+def strip_control(text: str) -> str:
+    """``text`` without the characters a terminal or a report must not receive (tab and newline stay)."""
+    return _CONTROL.sub("", text)
+
+
+def clean_text(text: str, limit: int = MAX_FIELD) -> str:
+    """Text fit for a terminal or a report: control characters dropped (tab and newline kept), masked, and
+    cut to ``limit`` characters with a note of how much was left out. Dropping comes first (a control
+    character inside a key would hide it from the mask), cutting last (so would a cut)."""
+    text = mask_secrets(strip_control(text))
+    if len(text) > limit:
+        omitted = len(text) - limit
+        text = f"{text[:limit]}... [{omitted} more characters]"
+    return text
+
+
+def json_depth_exceeds(data: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON-like data nests deeper than ``limit`` (without recursion: the data may be hostile)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth >= limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False

@@ -25,7 +25,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
-from pytest_gym.core.masking import POLICY_KEY_ENV
+from pytest_gym.core.masking import POLICY_KEY_ENV, clean_text, strip_control
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.processes import log_tail, spawn_group, stop_group
 
@@ -52,6 +52,65 @@ def _environment_servers_by_agent(config: Any) -> dict[str, str]:
     return routes
 
 
+#: Bounds on Gym's /server_instances answer: far above any real deployment, far below harm.
+_MAX_SERVERS = 1000
+_MAX_NAME = 256
+_MAX_URL = 2048
+
+
+def parse_server_instances(instances: Any, head_url: str) -> list[ServerInstance]:
+    """Gym's ``/server_instances`` answer as servers, checked; a GymError naming the first problem otherwise.
+
+    A GymError (unlike the KeyError or TypeError a malformed answer raised before) is recorded with the
+    deployment, so every xdist worker reports it instead of starting Gym again.
+    """
+
+    def bad(problem: str) -> GymError:
+        return GymError(
+            clean_text(f"Gym's {head_url}/server_instances answer is malformed: {problem}", 1000)
+            + "; is this a NeMo Gym head server (same version as the plugin expects)?"
+        )
+
+    if not isinstance(instances, list):
+        raise bad(f"a JSON {type(instances).__name__}, not a list of servers")
+    if len(instances) > _MAX_SERVERS:
+        raise bad(f"{len(instances)} servers, more than the {_MAX_SERVERS} pytest-gym reads")
+    servers = []
+    for index, entry in enumerate(instances):
+        if not isinstance(entry, dict):
+            raise bad(f"entry {index} is a JSON {type(entry).__name__}, not an object")
+        fields: dict[str, str] = {}
+        for key, required, limit in (
+            ("process_name", True, _MAX_NAME),
+            ("server_type", True, _MAX_NAME),
+            ("name", False, _MAX_NAME),
+            ("url", True, _MAX_URL),
+        ):
+            value = entry.get(key)
+            if value is None and not required:
+                value = ""
+            if not isinstance(value, str) or (required and not value):
+                raise bad(f"entry {index}: {key!r} is {type(value).__name__}, not a non-empty string")
+            if len(value) > limit or value != strip_control(value):
+                raise bad(f"entry {index}: {key!r} is longer than {limit} characters or holds control characters")
+            fields[key] = value
+        if not fields["url"].startswith(("http://", "https://")):
+            raise bad(f"entry {index}: 'url' is not an http(s) URL")
+        pid = entry.get("pid")
+        if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31):
+            raise bad(f"entry {index}: 'pid' is {type(pid).__name__} {pid!r:.40}, not a process id")
+        servers.append(
+            ServerInstance(
+                process_name=fields["process_name"],
+                server_type=fields["server_type"],
+                name=fields["name"],
+                url=fields["url"].rstrip("/"),
+                pid=pid,
+            )
+        )
+    return servers
+
+
 def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
     """Ask a running head server for its servers and how rows reach each agent."""
     import yaml  # imported when used: pytest start-up is paid by every run and every xdist worker
@@ -69,18 +128,14 @@ def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
     try:
         instances = get_json("server_instances")
         config_text = get_json("global_config_dict_yaml")
-    except (FetchError, ValueError) as exc:
-        raise GymError(f"cannot read Gym's servers from {head_url}: {exc}") from None
-    servers = [
-        ServerInstance(
-            process_name=str(s["process_name"]),
-            server_type=str(s["server_type"]),
-            name=str(s.get("name", "")),
-            url=str(s["url"]).rstrip("/"),
-            pid=s.get("pid"),
+    except (FetchError, ValueError, RecursionError) as exc:
+        raise GymError(clean_text(f"cannot read Gym's servers from {head_url}: {exc}")) from None
+    servers = parse_server_instances(instances, head_url)
+    if not isinstance(config_text, str):
+        raise GymError(
+            f"Gym's {head_url}/global_config_dict_yaml is a JSON {type(config_text).__name__}, not the string of "
+            "YAML a Gym head server returns; is this a NeMo Gym head server?"
         )
-        for s in instances
-    ]
     # The config may hold the policy key unmasked: it is parsed here and never written out. Plain YAML:
     # interpolations such as ${oc.env:...} stay unresolved strings (only the servers' names are read).
     try:

@@ -19,15 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
-from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.masking import clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, discover, read_state, release
 from pytest_gym.gym.server import GymServer
+from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
 from pytest_gym.runfolder.rollouts import (
     ROLLOUTS_FILE,
     RunFolderWriter,
+    aggregate_answer,
     aggregate_entry,
     aggregate_request_from_records,
     read_jsonl,
@@ -107,6 +109,8 @@ class GymRun:
                 skip=skip,
             )
             writer = self.open_writer()
+            # First: masked and bounded before the writer records it and the claim board publishes it.
+            self.dispatcher.listeners.append(clean_outcome)
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
@@ -172,20 +176,24 @@ class GymRun:
         threading.Thread(target=work, name="pytest-gym-aggregate", daemon=True).start()
 
     def aggregate_metrics(self) -> list[dict[str, Any]] | None:
-        """Ask Gym's own ``/aggregate_metrics`` for this run's rollouts, per agent; write Gym's file."""
-        if self._aggregate is not None:
-            try:
+        """Ask Gym's own ``/aggregate_metrics`` for this run's rollouts, per agent; write Gym's file.
+
+        Never raises: Gym's metrics are an extra, and whatever Gym answered, the run still ends with its
+        JUnit report and summary. What went wrong becomes a note.
+        """
+        try:
+            if self._aggregate is not None:
                 return self._aggregate.result(timeout=300)
-            except Exception as exc:
-                self.notes.append(mask_secrets(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
-                return None
-        return self._aggregate_now()
+            return self._aggregate_now()
+        except Exception as exc:
+            self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
+            return None
 
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
         from pytest_gym.rollout.http import FetchError, fetch  # imported when used (asyncio: start-up time)
 
         if self.gym_dead is not None:
-            self.notes.append(f"Gym's /aggregate_metrics skipped: {self.gym_dead}")
+            self.notes.append(clean_text(f"Gym's /aggregate_metrics skipped: {self.gym_dead}"))
             return None
         path = self.run_dir / ROLLOUTS_FILE
         if not path.exists():
@@ -201,14 +209,14 @@ class GymRun:
             by_agent.setdefault(str(agent or (endpoint.agents[0] if endpoint.agents else "")), []).append(record)
         entries = []
         for agent, group in by_agent.items():
-            url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
             try:
+                url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
                 status, data = fetch("POST", url, json.dumps(aggregate_request_from_records(group)).encode(), 120)
                 if status >= 400:
                     raise FetchError(f"HTTP {status}: {data[:200].decode('utf-8', 'replace')}")
-                entries.append(aggregate_entry(agent, json.loads(data)))
+                entries.append(aggregate_entry(agent, aggregate_answer(data)))
             except (FetchError, GymError, ValueError) as exc:
-                self.notes.append(mask_secrets(f"Gym's /aggregate_metrics failed for {agent}: {exc}"))
+                self.notes.append(clean_text(f"Gym's /aggregate_metrics failed for {agent}: {exc}"))
         if entries:
             write_aggregate_metrics(self.run_dir, entries)
         return entries

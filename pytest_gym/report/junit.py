@@ -39,6 +39,7 @@ from typing import Any
 from junitparser import Properties, xunit2
 
 from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.masking import clean_text
 from pytest_gym.judge.suites import SuiteVerdict
 
 # junitparser's annotations name the base classes where xunit2 objects come back (its TestSuite iterates
@@ -53,6 +54,8 @@ _NAME_UNESCAPED = re.compile(r"%([0-9A-F]{2})")
 _SINGLE = re.compile(r"\[\[PROPERTY\|([^=]*)=(.*)\]\]")
 _BLOCK_START = re.compile(r"\[\[PROPERTY\|([^=]*)\]\]")
 _BLOCK_END = "[[/PROPERTY]]"
+#: The longest text one element or attribute of the report keeps (Gym's own texts are bounded far below).
+MAX_JUNIT_TEXT = 1_000_000
 # Characters XML 1.0 cannot hold even escaped; pytest writes them as #xNN too.
 _XML_ILLEGAL = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
@@ -177,6 +180,18 @@ def _set_suite_properties(suite: JUnitNode, suite_properties: Mapping[str, Mappi
         ET.SubElement(props, "property", name=name, value=value)
 
 
+def _clean(xml: JUnitNode) -> None:
+    """Mask every text and attribute of the report, drop control characters, bound each: the last pass
+    before the file leaves the process (a user's conftest or a plugin may have put anything there)."""
+    for element in _elem(xml).iter():
+        for name, value in element.attrib.items():
+            element.set(name, clean_text(value, MAX_JUNIT_TEXT))
+        if element.text:
+            element.text = clean_text(element.text, MAX_JUNIT_TEXT)
+        if element.tail:
+            element.tail = clean_text(element.tail, MAX_JUNIT_TEXT)
+
+
 def _write_atomically(xml: JUnitNode, path: Path) -> None:
     buffer = io.BytesIO()
     xml.write(buffer)
@@ -204,6 +219,7 @@ def postprocess_junit(
     if xsd_strict:
         _strict(xml, keep_errors)
     _set_suite_properties(suites[0], suite_properties)
+    _clean(xml)
     _write_atomically(xml, path)
 
 

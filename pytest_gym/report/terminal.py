@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
 from pytest_gym.judge.suites import SuiteVerdict
 
@@ -65,16 +66,20 @@ def write_section(
     exports: list[tuple[str, ExportResult]],
     baseline: str | None,
 ) -> None:
-    """The ``pytest-gym`` section: suites, gates, baseline, run folder, notes, exports."""
-    if not verdicts or terminalreporter.config.get_verbosity() < 0:
+    """The ``pytest-gym`` section: suites, gates, baseline, run folder, notes, exports.
+
+    Notes carry Gym's words (an aggregate that failed, a server that died): every line is masked,
+    bounded and stripped of control characters here, the last stop before the terminal. Without
+    verdicts (no trial ran, or judging failed) the notes are still shown: they say why.
+    """
+    if (not verdicts and not notes) or terminalreporter.config.get_verbosity() < 0:
         return
     update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline else None
-    terminalreporter.write_sep("=", "pytest-gym")
-    for line in summary_lines(verdicts, update):
-        terminalreporter.write_line(line)
-    terminalreporter.write_line(f"run folder: {run_dir}")
-    for note in notes:
-        terminalreporter.write_line(f"note: {note}")
+    lines = [*summary_lines(verdicts, update), f"run folder: {run_dir}"]
+    lines += [f"note: {note}" for note in notes]
     for name, outcome in exports:
         where = f" [{outcome.location}]" if outcome.location else ""
-        terminalreporter.write_line(f"export {name}: {outcome.status} - {outcome.message}{where}")
+        lines.append(f"export {name}: {outcome.status} - {outcome.message}{where}")
+    terminalreporter.write_sep("=", "pytest-gym")
+    for line in lines:
+        terminalreporter.write_line(clean_text(line, MAX_MESSAGE))

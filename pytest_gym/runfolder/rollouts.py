@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
-from pytest_gym.core.masking import MASK, known_secrets, mask_secrets
+from pytest_gym.core.masking import MAX_DEPTH, MAX_FIELD, Masker, clean_text, json_depth_exceeds, mask_data
 from pytest_gym.core.outcome import TrialOutcome
 
 ROLLOUTS_FILE = "rollouts.jsonl"
@@ -130,7 +130,7 @@ def failure_record(outcome: TrialOutcome, server: EnvironmentServer | None = Non
     record: dict[str, Any] = {
         FAILURE_CLASS_KEY: AGENT_RUN_ERROR if ran else AGENT_REQUEST_FAILED,
         "_ng_failure_type": outcome.error_class or "unknown",
-        "_ng_failure_message": mask_secrets(outcome.error or ""),
+        "_ng_failure_message": clean_text(outcome.error or "", MAX_FIELD),
         "_ng_failure_http_status": status,
         "_ng_failure_response_body": None,
     }
@@ -171,7 +171,7 @@ class _AppendFile:
     def __init__(self, path: Path, fsync: bool) -> None:
         self.path = path
         self._fsync = fsync
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
 
     def append(self, data: bytes) -> None:
         """Write whole lines under the file's lock; a failed write is cut back so no torn line remains."""
@@ -216,8 +216,8 @@ class RunFolderWriter:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._servers = dict(servers or {})
-        # Checked on every line instead of masking whole records: a substring test costs microseconds.
-        self._secrets = [value.encode() for value in known_secrets()]
+        # The known secrets are read once; every record is masked (answers echo what they were sent).
+        self._masker = Masker()
         self._lock = threading.Lock()  # flock does not separate threads that share a descriptor
         self._files: dict[str, _AppendFile] = {}
         try:
@@ -261,11 +261,7 @@ class RunFolderWriter:
                 self._files[ROLLOUTS_FILE].append(line)
 
     def _line(self, data: Mapping[str, Any]) -> bytes:
-        raw = _json_bytes(data)
-        for secret in self._secrets:
-            if secret in raw:
-                raw = raw.replace(secret, MASK.encode())
-        return raw + b"\n"
+        return _json_bytes(self._masker.data(data)) + b"\n"
 
     def close(self) -> None:
         with self._lock:
@@ -332,6 +328,36 @@ def aggregate_request(
     return aggregate_request_from_records(records)
 
 
+#: The largest ``/aggregate_metrics`` answer read (Gym's per-task metrics of 100k tasks stay far below).
+MAX_AGGREGATE_BYTES = 64 * 1024 * 1024
+_AGGREGATE_OBJECTS = ("agent_metrics", "key_metrics")
+_AGGREGATE_LISTS = ("group_level_metrics", "repeat_level_metrics")
+
+
+def aggregate_answer(data: bytes) -> dict[str, Any]:
+    """Gym's ``/aggregate_metrics`` answer, checked: a JSON object of bounded size and depth whose known
+    fields have the types Gym gives them. Anything else raises ValueError saying what was wrong."""
+    if len(data) > MAX_AGGREGATE_BYTES:
+        raise ValueError(f"the answer is {len(data)} bytes, more than the {MAX_AGGREGATE_BYTES >> 20} MiB read")
+    try:
+        answer = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"the answer nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ValueError(f"the answer is not JSON ({exc})") from None
+    if not isinstance(answer, dict):
+        raise ValueError(f"the answer is a JSON {type(answer).__name__}, not an object")
+    if json_depth_exceeds(answer):
+        raise ValueError(f"the answer nests deeper than {MAX_DEPTH} levels")
+    for name in _AGGREGATE_OBJECTS:
+        if answer.get(name) is not None and not isinstance(answer[name], dict):
+            raise ValueError(f"{name!r} is a JSON {type(answer[name]).__name__}, not an object")
+    for name in _AGGREGATE_LISTS:
+        if answer.get(name) is not None and not isinstance(answer[name], list):
+            raise ValueError(f"{name!r} is a JSON {type(answer[name]).__name__}, not a list")
+    return answer
+
+
 def aggregate_entry(agent: str, metrics: Mapping[str, Any], environment_server: str | None = None) -> dict[str, Any]:
     """One ``rollouts_aggregate_metrics.json`` entry from an ``/aggregate_metrics`` answer, as Gym builds it."""
     entry: dict[str, Any] = {AGENT_REF_KEY: {"name": agent}}
@@ -357,7 +383,7 @@ def write_aggregate_metrics(run_dir: Path, gym_metrics: list[dict[str, Any]]) ->
             raise ValueError(f"an aggregate metrics entry needs agent_ref.name: {entry!r:.200}")
         if not isinstance(entry.get("agent_metrics"), dict):
             raise ValueError(f"an aggregate metrics entry needs an agent_metrics object: {entry!r:.200}")
-    data = _json_bytes(gym_metrics, indent=2)
+    data = _json_bytes(mask_data(gym_metrics), indent=2)
     target = Path(run_dir) / AGGREGATE_FILE
     write_atomically(target, data)
     return target

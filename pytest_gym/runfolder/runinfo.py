@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_data
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
@@ -24,7 +26,10 @@ RUN_INFO_FILE = "pytest_gym_run.json"
 
 
 def rollout_basis(settings: GymSettings) -> dict[str, Any]:
-    """The settings that decide what a rollout returns (not how fast or where it is reported)."""
+    """The settings that decide what a rollout returns (not how fast or where it is reported), masked.
+
+    Masked before it is digested or written: a model URL or a ``--gym-set`` override may carry a credential,
+    and a credential does not change what a rollout returns."""
     basis: dict[str, Any] = {
         "agent": settings.agent,
         "model": settings.model,
@@ -39,7 +44,8 @@ def rollout_basis(settings: GymSettings) -> dict[str, Any]:
         basis["policy_answer"] = settings.policy_answer
     else:
         basis["model_url"] = settings.model_url
-    return basis
+    masked: dict[str, Any] = mask_data(basis)
+    return masked
 
 
 def digest(basis: dict[str, Any]) -> str:
@@ -74,34 +80,60 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
         return Reusable(note=f"resume: {resume_dir} has no {ROLLOUTS_FILE}; nothing to reuse")
     try:
         info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return Reusable(note=f"resume: {resume_dir} has no readable {RUN_INFO_FILE}; nothing reused")
+    if not isinstance(info, dict):
+        return Reusable(
+            note=f"resume: {info_path} holds a JSON {type(info).__name__}, not the object pytest-gym writes; "
+            "nothing reused (was it edited by hand?)"
+        )
     basis = rollout_basis(settings)
     if info.get("digest") != digest(basis):
-        earlier = info.get("basis", {})
-        differ = sorted(k for k in set(basis) | set(earlier) if basis.get(k) != earlier.get(k))
+        earlier = info.get("basis")
+        earlier = earlier if isinstance(earlier, dict) else {}
+        differ = sorted(str(k) for k in set(basis) | set(earlier) if basis.get(k) != earlier.get(k))
         return Reusable(
-            note=f"resume: {resume_dir} was run with other settings ({', '.join(differ)} differ); nothing reused"
+            note=clean_text(
+                f"resume: {resume_dir} was run with other settings ({', '.join(differ) or 'its digest'} differ); "
+                "nothing reused"
+            )
         )
     records: dict[tuple[str, int], dict[str, Any]] = {}
+    skipped = 0
     for record in read_jsonl(rollouts):
         task_hash = record.get("_pytest_gym_task_hash")
         repeat = record.get("_ng_rollout_index")
-        if isinstance(task_hash, str) and isinstance(repeat, int):
-            records[(task_hash, repeat)] = record
-    return Reusable(records=records, note=f"resume: {len(records)} finished trials available from {resume_dir}")
+        if not isinstance(task_hash, str) or isinstance(repeat, bool) or not isinstance(repeat, int):
+            continue
+        if settings.reward_key in record and not _reusable_reward(record[settings.reward_key]):
+            skipped += 1  # NaN, infinite or not a number: run the trial again (a suite's own key: reused_outcome)
+            continue
+        records[(task_hash, repeat)] = record
+    note = f"resume: {len(records)} finished trials available from {resume_dir}"
+    if skipped:
+        note += f" ({skipped} records without a finite {settings.reward_key!r} are run again)"
+    return Reusable(records=records, note=note)
+
+
+def _reusable_reward(reward: Any) -> bool:
+    return isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward)
 
 
 def reused_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome | None:
+    """The outcome an earlier run's record gives this trial; None when the record cannot be trusted."""
     reward = record.get(spec.reward_key)
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)):
+    if not _reusable_reward(reward) or reward is None:
         return None
+    if json_depth_exceeds(record):
+        return None
+    attempts = record.get("_pytest_gym_attempts", 1)
     ref = record.get("agent_ref")
+    name = ref.get("name") if isinstance(ref, dict) else None
     return TrialOutcome.for_spec(
         spec,
         reward=float(reward),
         answer=record,
-        attempts=int(record.get("_pytest_gym_attempts", 1)),
-        agent=ref.get("name") if isinstance(ref, dict) else spec.agent,
+        attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 0 else 1,
+        agent=name if isinstance(name, str) else spec.agent,
         reused=True,
     )

@@ -1,0 +1,80 @@
+"""The last masking pass over a run folder: files other processes wrote there (Gym's log, Hydra's
+outputs, the policy's log, the deployment record) may hold a credential a server echoed.
+
+The files pytest-gym writes itself are masked as they are written; this pass covers the rest. It
+masks in place with as many ``*`` as the secret had bytes, line by line, so a process still appending
+to a file (Gym, before it is stopped) loses nothing and readers never see a torn file. Symbolic links
+(the server venvs) are not followed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pytest_gym.core.masking import Masker
+from pytest_gym.runfolder.rollouts import FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
+
+#: Masked record by record when written (and the largest files of a run): not read again.
+MASKED_WHEN_WRITTEN = frozenset({ROLLOUTS_FILE, FAILURES_FILE, MATERIALIZED_FILE})
+#: Longer lines are masked in pieces of this size, each with the last bytes of the one before.
+_PIECE = 1 << 20
+_OVERLAP = 4096
+#: Files larger than this are left alone (and named in the problems).
+MAX_FILE_BYTES = 1 << 28
+
+
+def _mask_line(masker: Masker, line: bytes) -> bytes:
+    text = line.decode("utf-8", "surrogateescape")
+    masked = masker.text(text)
+    return line if masked == text else masked.encode("utf-8", "surrogateescape")
+
+
+def scrub_file(path: Path, masker: Masker) -> bool:
+    """Mask ``path`` in place, line by line; whether anything changed.
+
+    A writer appending meanwhile is safe: its bytes go to the end, and a line is only ever overwritten
+    with as many bytes as it had. A secret cut at the end of a half-written line is caught by its prefix,
+    the rest of it by the next pass. Long lines are read in pieces, each masked together with the end of
+    the one before, so a secret across two pieces is still seen whole.
+    """
+    changed = False
+    with open(path, "r+b") as fh:
+        offset = 0
+        tail = b""  # the end of the previous piece, when it did not end its line
+        for piece in iter(lambda: fh.readline(_PIECE), b""):
+            data = tail + piece
+            masked = _mask_line(masker, data)
+            if masked != data:
+                if len(masked) != len(data):  # cannot happen with same_length; never shift the file
+                    raise ValueError("masking changed the length of a line")
+                os.pwrite(fh.fileno(), masked, offset - len(tail))
+                changed = True
+            offset += len(piece)
+            tail = b"" if piece.endswith(b"\n") else masked[-_OVERLAP:]
+    return changed
+
+
+def scrub_run_folder(run_dir: Path) -> list[str]:
+    """Mask every file in ``run_dir`` (recursively) that pytest-gym did not mask when writing it.
+
+    Returns problems worth a note (a file that could not be read or was too large), never raises for one.
+    """
+    masker = Masker(same_length=True)
+    problems: list[str] = []
+    if not run_dir.is_dir():
+        return problems
+    for folder, dirs, files in os.walk(run_dir, followlinks=False):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+        for name in files:
+            path = Path(folder) / name
+            if (folder == str(run_dir) and name in MASKED_WHEN_WRITTEN) or path.is_symlink():
+                continue
+            try:
+                if path.stat().st_size > MAX_FILE_BYTES:
+                    problems.append(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB and was not checked for secrets")
+                    continue
+                scrub_file(path, masker)
+            except (OSError, ValueError) as exc:
+                problems.append(f"could not check {path} for secrets: {type(exc).__name__}: {exc}")
+    return problems
