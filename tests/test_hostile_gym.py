@@ -119,8 +119,10 @@ def assert_contained(pytester: pytest.Pytester, result: pytest.RunResult) -> str
     out, err = result.stdout.str(), result.stderr.str()
     assert result.ret in (0, 1), out + err
     for text in (out, err):
-        assert "Traceback" not in text and "INTERNALERROR" not in text, text[-5000:]
-        assert "\x1b" not in text and "\x07" not in text
+        assert "Traceback" not in text, text[-5000:]
+        assert "INTERNALERROR" not in text, text[-5000:]
+        assert "\x1b" not in text
+        assert "\x07" not in text
         assert max(map(len, text.splitlines() or [""])) < MAX_LINE
     junit = pytester.path / "report.xml"
     ET.parse(junit)  # exists and parses
@@ -143,12 +145,15 @@ HOSTILE_AGGREGATES: dict[str, bytes] = {
 
 
 @pytest.mark.parametrize("name", list(HOSTILE_AGGREGATES))
-def test_hostile_aggregate_metrics_answer(pytester: pytest.Pytester, dataset: Path, fake_gym: FakeGym, name: str) -> None:
+def test_hostile_aggregate_metrics_answer(
+    pytester: pytest.Pytester, dataset: Path, fake_gym: FakeGym, name: str
+) -> None:
     fake_gym.routes["/aggregate_metrics"] = lambda _: (200, HOSTILE_AGGREGATES[name])
     result = run(pytester, fake_gym, "--gym-gate", "mean_reward>=0.5", "--gym-summary", "summary.json")
     out = assert_contained(pytester, result)
     assert result.ret == 0
-    assert "passed" in out and "gate mean_reward>=0.5: PASS" in out
+    assert "passed" in out
+    assert "gate mean_reward>=0.5: PASS" in out
     assert "note: Gym's /aggregate_metrics failed" in out
     assert json.loads((pytester.path / "summary.json").read_text())["suites"]  # the summary was written
 
@@ -177,10 +182,12 @@ def test_hostile_run_answers_are_bounded_masked_and_stripped(
     out = assert_contained(pytester, result)
     assert result.ret == 1
     result.assert_outcomes(failed=1, errors=2)
-    assert "expected_answer: 'B ***'" in out and "api_key: '***'" in out
+    assert "expected_answer: 'B ***'" in out
+    assert "api_key: '***'" in out
     junit = (pytester.path / "report.xml").read_bytes()
     failures = (pytester.path / "run" / "rollouts_failures.jsonl").read_bytes()
-    assert len(junit) < 100_000 and len(failures) < 20_000
+    assert len(junit) < 100_000
+    assert len(failures) < 20_000
     assert len(out) < 100_000
 
 
@@ -203,7 +210,8 @@ def test_malformed_server_instances_is_a_clear_error(
     out = assert_contained(pytester, result)
     assert result.ret == 1
     result.assert_outcomes(errors=3)
-    assert "server_instances answer is malformed" in out and "is this a NeMo Gym head server" in out
+    assert "server_instances answer is malformed" in out
+    assert "is this a NeMo Gym head server" in out
 
 
 def test_agent_from_a_suite_file_holding_the_key_is_masked_in_the_error(
