@@ -23,6 +23,7 @@ recursive walks them.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -53,6 +54,7 @@ _KEY_VALUE = re.compile(
 #: Cheap tests that tell most text needs no regular expression at all.
 _KEY_HINTS = ("key", "secret", "passw", "passphrase", "authorization", "credential", "token")
 _SCHEME_HINTS = ("bearer", "basic")
+_WORD_HINTS = ("key", "secret", "passw", "passphrase", "authorization", "credential", "bearer", "basic")
 #: Values a secret-looking key may keep: numbers, JSON/Python literals, an already masked value, and
 #: placeholders (``token=...``, ``token=VALUE``, ``token=$GITHUB_TOKEN``: a hint, not a credential).
 _PLAIN_VALUE = re.compile(
@@ -88,6 +90,20 @@ class Masker:
     def __init__(self, secrets: list[str] | None = None, same_length: bool = False) -> None:
         self.secrets = known_secrets() if secrets is None else secrets
         self.same_length = same_length
+        self._heads = [secret[:_FRAGMENT] for secret in self.secrets]
+
+    def suspicious(self, text: str) -> bool:
+        """Whether ``text`` may hold anything to mask: a few substring tests, so that the usual text
+        (and a whole serialized record, checked at once) costs microseconds. False means none."""
+        if any(head in text for head in self._heads):
+            return True
+        if "://" in text and "@" in text:
+            return True
+        lower = text.lower()
+        if any(hint in lower for hint in _WORD_HINTS):
+            return True
+        # "token" outside the counts Gym reports everywhere (input_tokens, ...) and "tokenizer"
+        return lower.count("token") > lower.count("tokens") + lower.count("tokeniz")
 
     def _mask(self, original: str) -> str:
         if not self.same_length:
@@ -95,6 +111,8 @@ class Masker:
         return "*" * len(original.encode("utf-8", "surrogateescape"))
 
     def text(self, text: str) -> str:
+        if not self.suspicious(text):
+            return text
         for secret in self.secrets:
             text = self._fragments(text, secret)
         if "://" in text:
@@ -157,6 +175,18 @@ class Masker:
             return [self.data(item, depth + 1) for item in data]
         return data
 
+    def record(self, data: Any) -> tuple[Any, str | None]:
+        """(``data`` masked, its JSON text when that needed no masking): one serialisation tells whether a
+        record holds anything to mask, and most do not. The JSON text (compact, strict: no NaN) is None
+        when ``data`` was masked, or holds what strict JSON cannot, or nests too deep for it."""
+        try:
+            text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError, RecursionError):
+            return self.data(data), None
+        if not self.suspicious(text):
+            return data, text
+        return self.data(data), None
+
     def _all(self, data: Any, depth: int) -> Any:
         """Under a secret-named key: every string masked (numbers, booleans and null say nothing)."""
         if depth > MAX_DEPTH:
@@ -190,19 +220,23 @@ def strip_control(text: str) -> str:
     return _CONTROL.sub("", text)
 
 
-def clean_text(text: str, limit: int = MAX_FIELD) -> str:
+def clean_text(text: str, limit: int = MAX_FIELD, masker: Masker | None = None) -> str:
     """Text fit for a terminal or a report: control characters dropped (tab and newline kept), masked, and
     cut to ``limit`` characters with a note of how much was left out. Dropping comes first (a control
     character inside a key would hide it from the mask), cutting last (so would a cut)."""
-    text = mask_secrets(strip_control(text))
+    text = (masker or Masker()).text(strip_control(text))
     if len(text) > limit:
         omitted = len(text) - limit
         text = f"{text[:limit]}... [{omitted} more characters]"
     return text
 
 
-def json_depth_exceeds(data: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether JSON-like data nests deeper than ``limit`` (without recursion: the data may be hostile)."""
+def json_depth_exceeds(data: Any, limit: int = MAX_DEPTH, text: str | None = None) -> bool:
+    """Whether JSON-like data nests deeper than ``limit`` (without recursion: the data may be hostile).
+
+    With its JSON ``text``, data with no more brackets than ``limit`` is answered without a walk."""
+    if text is not None and text.count("[") + text.count("{") <= limit:
+        return False
     stack: list[tuple[Any, int]] = [(data, 0)]
     while stack:
         item, depth = stack.pop()

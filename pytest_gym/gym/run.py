@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
-from pytest_gym.core.masking import clean_text
+from pytest_gym.core.masking import Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, discover, read_state, release
@@ -110,7 +110,8 @@ class GymRun:
             )
             writer = self.open_writer()
             # First: masked and bounded before the writer records it and the claim board publishes it.
-            self.dispatcher.listeners.append(clean_outcome)
+            masker = Masker()
+            self.dispatcher.listeners.append(lambda outcome: clean_outcome(outcome, masker))
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server

@@ -57,28 +57,28 @@ def failure_message(outcome: TrialOutcome, min_reward: float, reward_key: str) -
     return _bounded("\n".join([head, *diagnostics(outcome.answer, reward_key)]))
 
 
-def clean_outcome(outcome: TrialOutcome) -> None:
+def clean_outcome(outcome: TrialOutcome, masker: Masker | None = None) -> None:
     """Make a finished rollout safe to share, in place, before anything records or publishes it.
 
     The dispatcher hands every outcome to its listeners before it publishes it on the xdist claim board,
     so this, as the first listener, keeps secrets out of the claim files and the run folder alike: the
     answer is masked, the error masked and bounded, and an answer nested too deep to walk safely becomes
-    a fault instead (nothing after this recurses into it).
+    a fault instead. ``masker`` is the run's (the known secrets read once); most answers cost one
+    serialisation. The request (the user's own row) is masked by the run folder's writer, the only place
+    it goes (the claim board publishes outcomes without it).
     """
-    masker = Masker()
-    if outcome.answer is not None and json_depth_exceeds(outcome.answer):
-        outcome.answer, outcome.reward = None, None
-        outcome.error_class = "bad_body"
-        outcome.error = "Gym's answer nests deeper than pytest-gym reads (64 levels); is the verifier sound?"
+    masker = masker or Masker()
     if outcome.answer is not None:
-        outcome.answer = masker.data(outcome.answer)
-    if outcome.request is not None and json_depth_exceeds(outcome.request):
-        outcome.request = None
-    if outcome.request is not None:
-        outcome.request = masker.data(outcome.request)
+        answer, text = masker.record(outcome.answer)
+        if json_depth_exceeds(outcome.answer, text=text):
+            outcome.answer, outcome.reward = None, None
+            outcome.error_class = "bad_body"
+            outcome.error = "Gym's answer nests deeper than pytest-gym reads (64 levels); is the verifier sound?"
+        else:
+            outcome.answer = answer
     if outcome.error is not None:
-        outcome.error = clean_text(outcome.error, MAX_FIELD)
+        outcome.error = clean_text(outcome.error, MAX_FIELD, masker)
     if outcome.error_class is not None:
-        outcome.error_class = clean_text(outcome.error_class, 100)
+        outcome.error_class = clean_text(outcome.error_class, 100, masker)
     if outcome.agent is not None:
-        outcome.agent = clean_text(outcome.agent, 200)
+        outcome.agent = clean_text(outcome.agent, 200, masker)

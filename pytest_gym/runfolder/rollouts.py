@@ -261,7 +261,13 @@ class RunFolderWriter:
                 self._files[ROLLOUTS_FILE].append(line)
 
     def _line(self, data: Mapping[str, Any]) -> bytes:
-        return _json_bytes(self._masker.data(data)) + b"\n"
+        masked, text = self._masker.record(data)
+        if text is not None:
+            try:
+                return text.encode("utf-8") + b"\n"  # the serialisation the check made: the usual case
+            except UnicodeEncodeError:
+                pass
+        return _json_bytes(masked) + b"\n"
 
     def close(self) -> None:
         with self._lock:
