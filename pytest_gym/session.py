@@ -101,6 +101,8 @@ class GymSession:
         self.exports: list[tuple[str, ExportResult]] = []
         self.exporters: list[Exporter] = []
         self._setup_errors: dict[str, str] = {}
+        #: xdist controller: ask Gym for the aggregate metrics as soon as the last trial reported.
+        self.early_aggregate = False
         self._finished = False
         self._sigterm_installed = False
         if owner:
@@ -315,6 +317,8 @@ class GymSession:
             outcome.error, outcome.error_class = setup_error, outcome.error_class or "setup"
         self.results.add(outcome, errored=setup_error is not None)
         self.progress.add(outcome)
+        if self.early_aggregate and self.progress.done == self.progress.total:
+            self.run.start_aggregate()
         self.config.hook.pytest_gym_trial_result(trial=outcome, result=outcome)
         self._maybe_print_progress()
 
