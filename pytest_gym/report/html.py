@@ -635,8 +635,10 @@ class _Builder:
             steps = steps[:-1]  # the answer, shown as such
         # The answer and the steps before it share the trial's budget: the steps take at most half, in steps of
         # at least _STEP_CHARS (fewer steps, or none, when the budget is small; the page says how many more).
-        steps_chars = min(sum(len(text) for _, text in steps), self.trial_chars // 2)
-        shown = steps[: min(_MAX_STEPS, max(1 if steps_chars >= _STEP_CHARS else 0, steps_chars // _STEP_CHARS))]
+        steps_text = sum(len(text) for _, text in steps)
+        steps_chars = min(steps_text, self.trial_chars // 2)
+        fit = len(steps) if steps_text <= steps_chars else steps_chars // _STEP_CHARS
+        shown = steps[: min(_MAX_STEPS, fit)]
         out["answer"] = _clip(mask.text(answer), self.trial_chars - (steps_chars if shown else 0))
         if shown:
             per_step = max(_STEP_CHARS, steps_chars // len(shown))
