@@ -160,7 +160,7 @@ def test_suite_numbers_come_from_the_summary_and_unknown_keys_are_shown_as_they_
         "pass_at": {"1": 0.6},
         "pass_hat": {"1": 0.6},
         "gates": {"mean_reward>=0.7": {"value": 0.6, "passed": False, "reason": "mean_reward = 0.6, required >= 0.7"}},
-        "totals": {"latency_s": 3.5, "tokens": {"input": 50}},
+        "totals": {"latency_s": 3.5, "calls": {"input": 50}},
         "something_new": [1, 2],
     }
     r0, r1 = row(0), row(1)
@@ -173,7 +173,7 @@ def test_suite_numbers_come_from_the_summary_and_unknown_keys_are_shown_as_they_
     assert suite["failed"] is True
     assert dict(map(tuple, suite["other"])) == {
         "totals.latency_s": 3.5,
-        "totals.tokens.input": 50,
+        "totals.calls.input": 50,
         "something_new": "[1,2]",
     }
     assert data["run"]["notes"] == ["hello"]
@@ -333,16 +333,16 @@ def test_gyms_own_metrics_and_the_run_settings_are_shown(tmp_path: Path) -> None
 
 def test_secrets_never_reach_the_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     secret = "sk-very-secret-value-123"
-    r0 = row(0, note=f"key {secret}", api_key="plain-text-key")
+    r0 = row(0, note=f"key {secret}", api_key="plain-text-key", auth={"headers": {"x-token": "nested-token"}})
     run = tmp_path / "run"
     trials = [
         outcome(r0, 0, 0, 1.0, answer_text=f"here: {secret} and Bearer abcdef123456", password="hunter22"),
         outcome(r0, 0, 1, None, error=f"HTTP 401: Authorization: Bearer {secret}"),
     ]
-    write_run(run, trials, {"gates": {}, "comment": f"leaked {secret}"})
+    write_run(run, trials, {"gates": {}, "comment": f"leaked {secret}", "service": {"password": "summary-pw"}})
     monkeypatch.setenv("GYM_POLICY_API_KEY", secret)
     html = build_report(run).read_text()
-    for leaked in (secret, "plain-text-key", "hunter22", "abcdef123456"):
+    for leaked in (secret, "plain-text-key", "hunter22", "abcdef123456", "nested-token", "summary-pw"):
         assert leaked not in html
     data = page_data(html)
     task = data["tasks"][0]
@@ -502,6 +502,10 @@ def test_synthetic_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
     assert rows_shown(browser) == min(100, errored)
 
     click(browser, 'button[data-filter="all"]')
+    click(browser, 'th[data-key="mean"]')
+    lowest = min(t["mean"] for t in data["tasks"] if t["mean"] is not None)
+    assert browser.find_element("css selector", "table.tasks tr.row td.num").text.endswith(f"{lowest:.3f}")
+    assert browser.find_element("css selector", 'th[data-key="mean"]').get_attribute("aria-sort") == "ascending"
     search = browser.find_element("css selector", 'input[type="search"]')
     search.send_keys(data["tasks"][42]["hash"])
     time.sleep(0.5)  # the search waits for typing to pause

@@ -566,11 +566,15 @@ class _Builder:
             )
         prompt = _clip(mask.text(prompt_text(row.get("responses_create_params"))), task_chars)
         field_chars = max(60, min(_FIELD_CHARS, task_chars))
-        row_fields = {
-            k: _short_json(v, field_chars)
-            for k, v in row.items()
-            if k not in ("responses_create_params", "agent_ref") and not k.startswith("_")
-        }
+        # Masked while still structured (a secret-named key inside a value), then shortened for display.
+        masked = mask.data(
+            {
+                k: v
+                for k, v in row.items()
+                if k not in ("responses_create_params", "agent_ref") and not k.startswith("_")
+            }
+        )
+        row_fields = {k: _short_json(v, field_chars) for k, v in masked.items()}
         short = task.key[:12] if not task.key.startswith("index-") else task.key
         out_trials = [self._trial(t, row, reward_key, short, task.suite) for t in trials]
         rewards = [t["reward"] for t in out_trials if t.get("reward") is not None]
@@ -596,7 +600,7 @@ class _Builder:
             "trials": out_trials,
         }
         if row_fields:
-            out["fields"] = mask.data(row_fields)
+            out["fields"] = row_fields
         out["_full_hash"] = task.key
         return out
 
@@ -646,18 +650,17 @@ class _Builder:
             if len(steps) > len(shown):
                 out["more_steps"] = len(steps) - len(shown)
         fields = {
-            k: _short_json(v)
+            k: v
             for k, v in record.items()
             if k not in row and k != reward_key and k not in _NOT_FIELDS and not k.startswith("_")
         }
-        kind = record.get("failure_kind")
-        if kind:
-            fields["failure_kind"] = _short_json(kind)
-            fields["failure_reason"] = _short_json(record.get("failure_reason"))
+        if record.get("failure_kind"):
+            fields["failure_kind"] = record["failure_kind"]
+            fields["failure_reason"] = record.get("failure_reason")
         if record.get("mask_sample") is True:
             fields["mask_sample"] = True
         if fields:
-            out["fields"] = mask.data(fields)
+            out["fields"] = {k: _short_json(v) for k, v in mask.data(fields).items()}
         return out
 
     def _suite(
@@ -690,7 +693,10 @@ class _Builder:
             task["flaky"] = task["id"] in flaky_ids
         baseline = self._baseline(name, entry.get("baseline"), tasks, by_full, position)
         other = [
-            (key, value) for k, v in entry.items() if k not in _KNOWN_SUITE_KEYS for key, value in _flatten(v, str(k))
+            (key, value)
+            for k, v in mask.data(entry).items()
+            if k not in _KNOWN_SUITE_KEYS
+            for key, value in _flatten(v, str(k))
         ]
         suite: dict[str, Any] = {
             "name": name,
@@ -702,7 +708,7 @@ class _Builder:
             "baseline_note": mask.text(str(entry["baseline_note"])) if entry.get("baseline_note") else None,
             "flaky": sorted(position[i] for i in flaky_ids),
             "totals": _totals(tasks),
-            "other": mask.data([[k, v] for k, v in other]),
+            "other": [[k, v] for k, v in other],
             "task_count": len(tasks),
         }
         for task in tasks:

@@ -184,7 +184,7 @@
         case "mean": return '<td class="num tw">' + meanCell(t) + "</td>";
         case "passes": return '<td class="num">' + t.successes + "/" + t.n + "</td>";
         case "errors": return '<td class="num">' + (t.errors || "") + "</td>";
-        case "flags": return "<td>" + tags(t) + "</td>";
+        case "flags": return '<td class="flags">' + tags(t) + "</td>";
         case "delta":
           if (!t.baseline || t.baseline.delta === null) { return '<td class="num muted">' + (t.baseline && t.baseline.change ? "" : "") + "</td>"; }
           return '<td class="num ' + (t.baseline.delta < 0 ? "bad" : "") + '">' + (t.baseline.delta > 0 ? "+" : "") + fixed(t.baseline.delta) + "</td>";
