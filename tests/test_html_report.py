@@ -592,3 +592,10 @@ def test_real_gym_report_in_a_browser(browser: Any, pytester: pytest.Pytester, e
     shot = screenshot(browser, artifacts_dir() / "report.png")
     shutil.copy(page, artifacts_dir() / "report.html")
     assert shot.stat().st_size > 10_000
+
+
+def test_an_empty_run_folder_gives_a_page_that_says_so(tmp_path: Path) -> None:
+    data = report_data(tmp_path)
+    assert (data["suites"], data["tasks"]) == ([], [])
+    html = build_report(tmp_path).read_text()
+    assert "no trials and no summary" in html

@@ -164,7 +164,7 @@
     var out = "";
     if (t.baseline && t.baseline.change === "new_failure") { out += '<span class="tag newfail">new failure</span>'; }
     if (t.baseline && t.baseline.change === "fixed") { out += '<span class="tag fixed">fixed</span>'; }
-    if (t.n > 0 && !t.passed) { out += '<span class="tag fail">failed</span>'; }
+    if (t.n > 0 && !t.passed && !(t.baseline && t.baseline.change === "new_failure")) { out += '<span class="tag fail">failed</span>'; }
     if (t.n > 0 && t.passed) { out += '<span class="tag pass">passed</span>'; }
     if (t.flaky) { out += '<span class="tag flaky">flaky</span>'; }
     if (t.errors) { out += '<span class="tag err">' + t.errors + " error" + (t.errors > 1 ? "s" : "") + "</span>"; }
