@@ -14,6 +14,7 @@ each worker runs trials; workers send their notes back through ``workeroutput``
 from __future__ import annotations
 
 import concurrent.futures
+import shutil
 import signal
 import threading
 from collections.abc import Generator, Sequence
@@ -46,6 +47,8 @@ from pytest_gym.suitefile import suite_settings
 from pytest_gym.xdist_hooks import SESSION_PLUGIN, WORKER_OUTPUT, worker_queue, worker_run_dir, worker_slot
 
 SESSION_KEY = pytest.StashKey["GymSession"]()
+#: The HTML report in the run folder.
+REPORT_FILE = "report.html"
 #: Run-folder files handed to exporters (the ones that exist).
 ARTIFACTS = (
     "rollouts.jsonl",
@@ -53,6 +56,7 @@ ARTIFACTS = (
     "rollouts_materialized_inputs.jsonl",
     "rollouts_aggregate_metrics.json",
     SUMMARY_FILE,
+    REPORT_FILE,
     "gym_env.log",
     "policy.log",
 )
@@ -384,6 +388,7 @@ class GymSession:
         write_summary(
             self.run.run_dir, {v.suite: v.metrics() for v in verdicts}, self.settings.summary, notes=self.notes
         )
+        self._write_html()
         failed = False
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
         for verdict in verdicts:
@@ -393,6 +398,18 @@ class GymSession:
                 failed = failed or report.failed
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_html(self) -> None:
+        """The run's HTML report (``report.html`` in the run folder, and at ``--gym-html``)."""
+        from pytest_gym.report.html import build_report
+
+        try:
+            page = build_report(self.run.run_dir, baseline=self.settings.baseline)
+            if self.settings.html:
+                Path(self.settings.html).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(page, self.settings.html)
+        except (OSError, ValueError) as exc:
+            self.notes.append(mask_secrets(f"the HTML report could not be written: {type(exc).__name__}: {exc}"))
 
     def _collect_run_notes(self) -> None:
         self.notes.extend(n for n in self.run.notes if n not in self.notes)

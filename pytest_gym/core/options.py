@@ -155,6 +155,12 @@ SPECS: tuple[Spec, ...] = (
         metavar="PATH",
         is_path=True,
     ),
+    Spec(
+        "html",
+        "write the HTML report here as well (it is always written into the run folder as report.html)",
+        metavar="PATH",
+        is_path=True,
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}

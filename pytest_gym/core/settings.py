@@ -54,6 +54,7 @@ class GymSettings(BaseModel):
     update_baseline: bool = False
     max_regression: float = Field(0.0, ge=0.0)
     summary: str | None = None
+    html: str | None = None
     export: tuple[str, ...] = ()
     export_opt: tuple[str, ...] = ()
     export_soft: bool = False
