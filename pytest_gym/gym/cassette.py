@@ -401,7 +401,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     elif isinstance(value, list) and value:
         for index, item in enumerate(value):
             out.update(flatten(item, f"{prefix}[{index}]"))
-    else:
+    elif prefix or value not in ({}, []):
         out[prefix or "(body)"] = value
     return out
 
@@ -446,13 +446,18 @@ def _excerpt_pair(a: Any, b: Any) -> tuple[str, str]:
             piece = text[start : start + _EXCERPT]
             return ("..." if start else "") + piece + ("..." if start + _EXCERPT < len(text) else "")
 
-        return repr(cut(a)), repr(cut(b))
+        return _quote(cut(a)), _quote(cut(b))
 
     def short(value: Any) -> str:
         text = json.dumps(value, ensure_ascii=False)
         return text if len(text) <= _EXCERPT else text[:_EXCERPT] + "..."
 
     return short(a), short(b)
+
+
+def _quote(text: str) -> str:
+    """Quoted as written (``repr`` would double every backslash of a LaTeX prompt); line breaks shown as ``\\n``."""
+    return "'" + text.replace("\r", "\\r").replace("\n", "\\n") + "'"
 
 
 def differences(recorded: dict[str, Any], now: dict[str, Any], limit: int = _MAX_DIFFS) -> list[str]:
