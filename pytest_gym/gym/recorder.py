@@ -580,11 +580,13 @@ def start_recorder(
     miss: Literal["error", "passthrough"] = "error",
     ignore: tuple[str, ...] = (),
     default_ignore: bool = True,
+    port: int = 0,
     timeout: float = 20.0,
 ) -> tuple[subprocess.Popen[bytes], str]:
     """Start the recorder in its own process group, as ``start_policy`` starts the scripted policy.
 
-    Returns the process and the base URL to give Gym as ``policy_base_url``. The upstream key is
+    Returns the process and the base URL to give Gym as ``policy_base_url`` (``port`` 0 picks a free
+    one; a fixed port lets a replay take over from a recording behind a running Gym). The upstream key is
     inherited through ``$GYM_POLICY_API_KEY`` (never on the command line). Stop it with
     ``stop_group(proc.pid, 5.0, proc, first=signal.SIGTERM)``; the cassette is complete at every moment.
     """
@@ -592,7 +594,7 @@ def start_recorder(
     port_file = run_dir / PORT_FILE
     port_file.unlink(missing_ok=True)
     args = [sys.executable, "-m", "pytest_gym.gym.recorder", mode, "--run-dir", str(run_dir)]
-    args += ["--port", "0", "--port-file", str(port_file)]
+    args += ["--port", str(port), "--port-file", str(port_file)]
     if upstream:
         args += ["--upstream", upstream]
     if mode == "replay":
