@@ -37,6 +37,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -280,6 +281,12 @@ class RecorderHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         """Silent: request lines carry nothing useful; errors are printed where they happen."""
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes: without this, Nagle's algorithm holds the body
+        # until the caller's delayed ACK (40 ms on Linux) on every keep-alive answer.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     # --- small helpers
 
