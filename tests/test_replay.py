@@ -477,6 +477,10 @@ def test_a_miss_is_an_error_naming_the_field_and_is_logged_for_pytest(
     assert misses_for_row(misses, row) == [misses[0]]
     assert misses_for_row(misses, {"responses_create_params": prompt(3)}) == []
     assert rep.stats()["misses"] == 2
+    call(f"{rep.url}/responses", {"model": "m", "input": "a plain string prompt"})
+    assert misses_for_row(
+        read_misses(tmp_path / "rep"), {"responses_create_params": {"input": "a plain string prompt"}}
+    )
 
 
 def test_passthrough_records_what_is_missing_into_a_complete_new_cassette(
@@ -500,6 +504,21 @@ def test_passthrough_records_what_is_missing_into_a_complete_new_cassette(
     servers.remove(policy)
     day3 = recorder(servers, mode="replay", run_dir=tmp_path / "day3", cassette=tmp_path / "day2")
     assert [call(f"{day3.url}/responses", prompt(n))[0] for n in range(4)] == [200] * 4
+
+
+def test_passthrough_in_place_appends_to_the_cassette_it_replays(
+    policy: Running, servers: list[Running], tmp_path: Path
+) -> None:
+    rec = recorder(servers, mode="record", run_dir=tmp_path, upstream=policy.url)
+    call(f"{rec.url}/responses", prompt(0))
+    again = recorder(
+        servers, mode="replay", run_dir=tmp_path, cassette=tmp_path, miss="passthrough", upstream=policy.url
+    )
+    for n in (0, 0, 1):  # a hit, a second repeat never recorded, a new row
+        assert call(f"{again.url}/responses", prompt(n))[0] == 200
+    assert [(r.request["input"][0]["content"][:11], r.occurrence) for r in iter_recordings(tmp_path)] == [
+        ("Question 0:", 0), ("Question 0:", 1), ("Question 1:", 0),
+    ]  # fmt: skip
 
 
 def test_only_answers_worth_replaying_are_recorded(policy: Running, servers: list[Running], tmp_path: Path) -> None:
@@ -580,3 +599,101 @@ def test_bad_arguments_are_refused_with_a_reason(tmp_path: Path, capsys: pytest.
     with pytest.raises(GymError, match=r"did not start; log .*recorder.log:\n.*no cassette at"):
         start_recorder("replay", tmp_path / "r", cassette=tmp_path / "missing")
     assert os.path.exists(tmp_path / "r" / "recorder.log")
+
+
+# --- rescore, against a stand-in for Gym's head and resources server (the real one: test_replay_gym.py) --
+
+
+class FakeGym:
+    """Head (``/global_config_dict_yaml``) and resources server (``/reverify_mode``, ``/verify``) in one."""
+
+    def __init__(self, mode: str = "stateless") -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        fake = self
+        self.mode = mode
+        self.verified: list[dict[str, Any]] = []
+        config = "mcqa:\n  resources_servers:\n    mcqa: {}\nmy_agent:\n  responses_api_agents:\n"
+        config += "    simple_agent:\n      resources_server: {name: mcqa}\n"
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+            def answer(self, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self.answer(config if self.path == "/global_config_dict_yaml" else fake.mode)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.verified.append(body)
+                text = body["response"]["output"][0]["content"][0]["text"]
+                self.answer({**body, "reward": 1.0 if "E" in text else 0.0})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def endpoint(self) -> Any:
+        from pytest_gym.core.endpoint import GymEndpoint, ServerInstance
+
+        return GymEndpoint(self.url, [ServerInstance("mcqa", "resources_servers", "mcqa", self.url)], {})
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def write_run(run_dir: Path, answers: list[str], rewards: list[float]) -> None:
+    from pytest_gym.core.outcome import TrialOutcome
+    from pytest_gym.gym.policy import responses_object
+    from pytest_gym.rollout.transport import build_request
+    from pytest_gym.runfolder.rollouts import RunFolderWriter
+
+    with RunFolderWriter(run_dir) as writer:
+        for task, (text, reward) in enumerate(zip(answers, rewards, strict=True)):
+            row = {"responses_create_params": prompt(task), "expected_answer": "E"}
+            answer = {"reward": reward, "response": responses_object(Script(answer=text), prompt(task))}
+            writer.record(
+                TrialOutcome(
+                    nodeid=f"d.jsonl::t{task}[r0]",
+                    task_hash=f"t{task}",
+                    repeat=0,
+                    line=task + 1,
+                    dataset="d.jsonl",
+                    reward=reward,
+                    answer=answer,
+                    request=build_request(row, "my_agent", task, 0),
+                    agent="my_agent",
+                )
+            )
+
+
+def test_rescore_reports_changed_rewards_and_refuses_servers_that_cannot_be_reverified(tmp_path: Path) -> None:
+    from pytest_gym.core.endpoint import GymError
+    from pytest_gym.gym.rescore import rescore
+    from pytest_gym.runfolder.rollouts import read_jsonl
+
+    fake = FakeGym()
+    try:
+        write_run(tmp_path, ["\\boxed{E}", "\\boxed{B}", "\\boxed{E}"], [1.0, 1.0, 0.0])  # two verdicts now wrong
+        result = rescore(tmp_path, fake.endpoint())
+        assert (result.servers, result.modes) == ({"my_agent": "mcqa"}, {"mcqa": "stateless"})
+        assert [(r.task_index, r.old_reward, r.new_reward) for r in result.changed] == [(1, 1.0, 0.0), (2, 0.0, 1.0)]
+        assert fake.verified[0]["expected_answer"] == "E"  # the dataset fields reach the verifier
+        assert [line["_pytest_gym_old_reward"] for line in read_jsonl(tmp_path / "rescored.jsonl")] == [1.0, 1.0, 0.0]
+        fake.mode = "unknown"
+        with pytest.raises(GymError, match=r"mcqa cannot be re-verified safely \(reverify_mode unknown"):
+            rescore(tmp_path, fake.endpoint())
+        assert len(rescore(tmp_path, fake.endpoint(), force=True).results) == 3
+        with pytest.raises(GymError, match="nothing to re-score"):
+            rescore(tmp_path / "empty", fake.endpoint())
+    finally:
+        fake.close()

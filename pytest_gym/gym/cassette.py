@@ -22,7 +22,9 @@ The file is append-only, one call a line, each line written whole by one ``write
 descriptor under ``flock`` (so a crash leaves at most one torn last line, which the reader skips), and
 it can be copied anywhere: it holds no credential (headers are never stored; every string passes
 through :func:`pytest_gym.core.masking.mask_secrets`), and hashes are recomputed from the stored
-requests on load, so a replay may use another ignore list than the recording did.
+requests on load, so a replay may use another ignore list than the recording did. Keys are hashes of
+the masked request, so a prompt that itself contains a secret's value (rare) matches its recording
+only where the same secret is set.
 """
 
 from __future__ import annotations

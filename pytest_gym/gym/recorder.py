@@ -122,7 +122,8 @@ class Upstream:
         self.port = parts.port
         self.base_path = parts.path
         self.timeout = timeout
-        self.display = f"{parts.scheme}://{parts.netloc}{parts.path}"
+        # Never the URL's user:password@ or query: they may hold credentials.
+        self.display = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
         self._local = threading.local()
         self._ssl = ssl.create_default_context() if self.scheme == "https" else None
 
