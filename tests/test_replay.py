@@ -549,11 +549,13 @@ def test_models_listing_is_replayed_or_made_up_and_unknown_routes_fail_fast(
 def test_an_unreachable_upstream_is_a_502_and_nothing_is_recorded(servers: list[Running], tmp_path: Path) -> None:
     from pytest_gym.gym.deployment import free_port
 
-    rec = recorder(servers, mode="record", run_dir=tmp_path, upstream=f"http://127.0.0.1:{free_port()}/v1")
+    port = free_port()
+    rec = recorder(servers, mode="record", run_dir=tmp_path, upstream=f"http://user:pw-{MARKER}@127.0.0.1:{port}/v1")
     status, _, data = call(f"{rec.url}/responses", prompt(1))
     assert status == 502
-    assert "cannot reach the upstream" in json.loads(data)["error"]["message"]
-    assert rec.stats()["upstream_errors"] == 1
+    assert f"cannot reach the upstream http://127.0.0.1:{port}/v1: ConnectionRefusedError" in data.decode()
+    stats = rec.stats()
+    assert (stats["upstream_errors"], stats["upstream"]) == (1, f"http://127.0.0.1:{port}/v1")
     assert list(iter_recordings(tmp_path)) == []
 
 
