@@ -124,6 +124,16 @@ def request_hash(canonical: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def mask_text(text: str, secrets: Sequence[str]) -> str:
+    """``mask_secrets`` for a server that read its secrets once (reading them costs ~0.3 ms a call)."""
+    if "Bearer" in text or any(secret in text for secret in secrets):
+        masked = mask_secrets(text)
+        for secret in secrets:
+            masked = masked.replace(secret, MASK)
+        return masked
+    return text
+
+
 def mask_strings(value: Any, secrets: Sequence[str] | None = None) -> Any:
     """A copy with every string (keys too) masked: values are checked, never field names.
 
@@ -133,12 +143,7 @@ def mask_strings(value: Any, secrets: Sequence[str] | None = None) -> Any:
     secrets = known_secrets() if secrets is None else secrets
 
     def one(text: str) -> str:
-        if "Bearer" in text or any(secret in text for secret in secrets):
-            masked = mask_secrets(text)
-            for secret in secrets:  # mask_secrets re-reads the environment; these are the ones we checked
-                masked = masked.replace(secret, MASK)
-            return masked
-        return text
+        return mask_text(text, secrets)
 
     def walk(item: Any) -> Any:
         if isinstance(item, str):

@@ -62,6 +62,7 @@ from pytest_gym.gym.cassette import (
     Take,
     decode_body,
     mask_strings,
+    mask_text,
     miss_message,
     recordable,
     resolve_cassette,
@@ -220,6 +221,7 @@ class RecorderState:
     def __init__(self, config: RecorderConfig) -> None:
         self.config = config
         self.stats = Stats(config.mode)
+        self.secrets = known_secrets()  # this process's environment does not change
         config.run_dir.mkdir(parents=True, exist_ok=True)
         self.out_path = config.run_dir / CASSETTE_FILE
         self.source: Cassette | None = None
@@ -352,7 +354,7 @@ class RecorderHandler(BaseHTTPRequestHandler):
 
     def _model_call(self, method: str, route: str, raw: bytes, body: Any) -> None:
         state = self.server.state
-        masked = mask_strings(body, known_secrets()) if body is not None else None
+        masked = mask_strings(body, state.secrets) if body is not None else None
         key, canonical = state.keyer.key(method, route, masked)
         if state.config.mode == "record":
             self._forward(method, route, raw, key, masked)
@@ -420,7 +422,7 @@ class RecorderHandler(BaseHTTPRequestHandler):
 
         def record(data: bytes) -> None:
             if recordable(response.status):
-                text = mask_secrets(decode_body(data))
+                text = mask_text(decode_body(data), state.secrets)
                 elapsed = (time.perf_counter() - started) * 1000
                 state.write(Recording(method, route, masked, response.status, content_type, text, key,
                                       recorded_at=time.time(), upstream_ms=elapsed))  # fmt: skip
