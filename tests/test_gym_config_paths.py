@@ -107,6 +107,8 @@ def test_a_start_error_quotes_the_first_error_line_of_the_log(
          "2 validation errors for Cfg / port / Input should be an integer"),
         ("starting\nError: config_paths entry 'x.yaml' was not found\n",
          "Error: config_paths entry 'x.yaml' was not found"),
+        ("Error: entry 'x.yaml' \nwas not found. Looked in:\n  - \n/a/x.yaml\n",
+         "Error: entry 'x.yaml' was not found. Looked in:"),
         ("INFO all good\nINFO still good\n", None),
     ],
 )  # fmt: skip

@@ -21,6 +21,7 @@ import pytest
 from fakegym import MARK, install, kill_all, marked, wait_gone
 
 from conftest import start_mode
+from pytest_gym.core.pids import pid_alive
 from pytest_gym.gym.processes import Supervised, spawn_supervised, stop_supervised
 
 HOLD_TEST = """
@@ -33,13 +34,15 @@ def test_hold(gym_server):
 """
 
 #: The fake Gym takes this long to stop after SIGINT; its child ignores SIGINT until the grace ends.
-STOP_S = 1.5
-GRACE_S = 3.0
+STOP_S = 1.0
+GRACE_S = 2.0
 #: Seconds within which every process of the run must be gone: the fake Gym's grace plus SIGTERM, with margin.
 GONE_S = GRACE_S + 12.0
 
 
-def _start(pytester: pytest.Pytester, token: str, *args: str) -> subprocess.Popen[bytes]:
+def _start(
+    pytester: pytest.Pytester, token: str, *args: str, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """pytest running the hold test against the fake Gym, in its own session like a CI job's step."""
     pytester.makepyfile(test_hold=HOLD_TEST)
     pytester.makeini("[pytest]\n")
@@ -48,6 +51,7 @@ def _start(pytester: pytest.Pytester, token: str, *args: str) -> subprocess.Pope
         os.environ,
         **{MARK: token, "FAKE_GYM_RECORD": str(pytester.path / "record"), "FAKE_GYM_STOP_S": str(STOP_S)},
         FAKE_GYM_ORPHAN="1",
+        **(extra_env or {}),
     )
     command = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "test_hold.py",
@@ -72,9 +76,11 @@ def _wait_ready(pytester: pytest.Pytester, proc: subprocess.Popen[bytes], timeou
     raise AssertionError("the hold test did not start within {timeout} s")
 
 
-def _run_and_kill(pytester: pytest.Pytester, kill: str, *args: str) -> tuple[dict[int, str], float, str]:
+def _run_and_kill(
+    pytester: pytest.Pytester, kill: str, *args: str, extra_env: dict[str, str] | None = None
+) -> tuple[dict[int, str], float, str]:
     token = uuid.uuid4().hex
-    proc = _start(pytester, token, *args)
+    proc = _start(pytester, token, *args, extra_env=extra_env)
     try:
         _wait_ready(pytester, proc)
         before = marked(token)
@@ -89,9 +95,9 @@ def _run_and_kill(pytester: pytest.Pytester, kill: str, *args: str) -> tuple[dic
             os.killpg(proc.pid, signal.SIGHUP)  # a closed terminal: its whole process group
         else:  # a CI cancel: SIGINT, SIGTERM a few seconds later, SIGKILL shortly after
             os.killpg(proc.pid, signal.SIGINT)
-            time.sleep(1.0)
-            os.killpg(proc.pid, signal.SIGTERM)
             time.sleep(0.5)
+            os.killpg(proc.pid, signal.SIGTERM)
+            time.sleep(0.3)
             os.killpg(proc.pid, signal.SIGKILL)  # Gym's stop is half-way: its child waits for the grace
         out, _ = proc.communicate(timeout=60)
         alive, _ = wait_gone(token, GONE_S)
@@ -106,7 +112,9 @@ def _run_and_kill(pytester: pytest.Pytester, kill: str, *args: str) -> tuple[dic
 
 @pytest.mark.parametrize("kill", ["SIGKILL", "SIGHUP", "ci-cancel"])
 def test_nothing_outlives_a_killed_pytest(pytester: pytest.Pytester, kill: str) -> None:
+    begun = time.monotonic()
     alive, took, out = _run_and_kill(pytester, kill)
+    print(f"{kill}: all gone {took:.1f} s after the first signal; {time.monotonic() - begun:.1f} s in all")
     assert alive == {}, f"alive {took:.1f} s after {kill}: {alive}\n{out}"
     log = (pytester.path / "run" / "gym_env.log").read_text()
     assert "pytest-gym supervisor: " in log
@@ -119,13 +127,19 @@ def test_nothing_outlives_a_killed_xdist_controller(pytester: pytest.Pytester) -
     assert alive == {}, f"alive {took:.1f} s after SIGKILL: {alive}\n{out}"
 
 
+def test_a_pytest_run_from_an_xdist_workers_test_still_owns_its_gym(pytester: pytest.Pytester) -> None:
+    # It inherits PYTEST_XDIST_WORKER from the worker, but it is no worker: its own end ends its Gym.
+    alive, took, out = _run_and_kill(pytester, "SIGKILL", extra_env={"PYTEST_XDIST_WORKER": "gw0"})
+    assert alive == {}, f"alive {took:.1f} s after SIGKILL: {alive}\n{out}"
+
+
 def test_a_second_signal_does_not_cut_the_stop_short(pytester: pytest.Pytester) -> None:
     token = uuid.uuid4().hex
     proc = _start(pytester, token)
     try:
         _wait_ready(pytester, proc)
         os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(1.0)  # Gym is stopping (it takes STOP_S, then the grace for its child)
+        time.sleep(0.8)  # Gym is stopping (it takes STOP_S, then the grace for its child)
         os.killpg(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
         alive, _ = wait_gone(token, 5.0)
@@ -141,32 +155,6 @@ def test_a_second_signal_does_not_cut_the_stop_short(pytester: pytest.Pytester) 
     assert state["stopped"][0] == "gym: stopped by SIGTERM", state  # the child ignored SIGINT: grace, then SIGTERM
     assert state["stopped"][1] == "policy: stopped by SIGTERM", state
     assert "SIGTERM arrived while Gym was stopping: the stop was finished first" in state["stopped"], state
-
-
-def test_a_normal_end_stops_gym_with_sigint_and_the_policy(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_quick="def test_quick(gym_server):\n    assert gym_server.agents == ['fake_agent']\n")
-    pytester.makeini("[pytest]\n")
-    fake = install(pytester.path / "bin")
-    token = uuid.uuid4().hex
-    env = {MARK: token, "FAKE_GYM_RECORD": str(pytester.path / "record"), "FAKE_GYM_STOP_S": "0.5"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        result = pytester.runpytest_subprocess(
-            "--gym-resources-server", "fake", "--gym-policy", "scripted", "--gym-cli", str(fake),
-            "--gym-run-dir", "run",
-        )  # fmt: skip
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    result.assert_outcomes(passed=1)
-    state = json.loads((pytester.path / "run" / "deployment.json").read_text())
-    assert state["stopped"] == ["gym: stopped by SIGINT", "policy: stopped by SIGTERM"]
-    alive, _ = wait_gone(token, 5.0)
-    assert alive == {}
 
 
 SLOW_STOPPER = (
@@ -226,3 +214,29 @@ def test_no_real_gym_process_outlives_a_killed_pytest(pytester: pytest.Pytester,
     assert alive == {}, f"{len(alive)} of {len(before)} processes alive {took:.1f} s after SIGKILL: {alive}"
     print(f"{len(before)} processes (Gym, Ray, servers, policy, supervisors) gone {took:.1f} s after SIGKILL")
     assert "stopped by SIGINT" in (pytester.path / "run" / "gym_env.log").read_text()
+
+
+ESCAPER = """
+import os, subprocess, sys, time
+code = "import os, sys, time\\nos.setpgid(0, 0)\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(600)"
+subprocess.Popen([sys.executable, "-c", code, sys.argv[1]])
+time.sleep(600)
+"""
+
+
+def test_what_left_the_group_but_not_the_session_is_stopped_too(tmp_path: Path) -> None:
+    # Ray's workers move to process groups of their own: a signal to Gym's group misses them.
+    pid_file = tmp_path / "escaped.pid"
+    item = spawn_supervised("gym", [sys.executable, "-c", ESCAPER, str(pid_file)], tmp_path, tmp_path / "gym.log")
+    try:
+        deadline = time.monotonic() + 10
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        escaped = int(pid_file.read_text())
+        assert os.getpgid(escaped) != item.pid
+        notes = stop_supervised([item])
+    finally:
+        kill_all([item.pid, item.supervisor_pid])
+    assert notes == ["gym: stopped by SIGINT; 1 process(es) that left its group stopped"]
+    assert not pid_alive(escaped)

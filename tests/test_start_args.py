@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ from fakegym import install, recorded_argv, start_args
 
 from conftest import need_gym
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import gym_command, hydra_quote
+from pytest_gym.gym.deployment import gym_command, hydra_quote, start_policy
+from pytest_gym.gym.processes import stop_supervised
 
 MARKER = "sk-pytestgym-MARKER-5e1d"
 PROBE = """
@@ -42,16 +44,17 @@ def _script(result: pytest.RunResult) -> dict[str, object]:
     return script
 
 
-@pytest.mark.parametrize("answer", ["-x", "--boxed", "-"])
-def test_policy_answer_starting_with_a_dash_starts_the_policy(
-    pytester: pytest.Pytester, fake: Path, answer: str
-) -> None:
-    pytester.makepyfile(test_probe=PROBE)
-    result = pytester.runpytest("-s", *start_args(fake, f"--gym-policy-answer={answer}", "--gym-model=-m"))
-    result.assert_outcomes(passed=1)
-    script = _script(result)
+@pytest.mark.parametrize("answer", ["-x", "--boxed", "-", "--answer"])
+def test_policy_answer_starting_with_a_dash_starts_the_policy(tmp_path: Path, answer: str) -> None:
+    policy, url = start_policy(GymSettings(policy="scripted", policy_answer=answer, model="-m"), tmp_path)
+    try:
+        with urllib.request.urlopen(url + "/_script", timeout=10) as reply:
+            script = json.load(reply)
+    finally:
+        notes = stop_supervised([policy])
     assert script["answer"] == answer
     assert script["model"] == "-m"
+    assert notes == ["policy: stopped by SIGTERM"]
 
 
 NASTY_MODEL = 'org/model,v2 "it\'s" ${oc.env:HOME}'
@@ -64,7 +67,7 @@ def test_generated_overrides_are_quoted_and_the_head_server_pinned(pytester: pyt
     pytester.makepyfile(test_probe=PROBE)
     result = pytester.runpytest(
         "-s",
-        *start_args(fake, "--gym-model", NASTY_MODEL, "--gym-config", "odd, 'dir'/extra.yaml",
+        *start_args(fake, "--gym-model", NASTY_MODEL, "--gym-config", "odd, 'dir'/extra.yaml", "--gym-policy-answer=-x",
                     "--gym-set", "responses_create_params.max_output_tokens=64"),
     )  # fmt: skip
     result.assert_outcomes(passed=1)
@@ -76,8 +79,9 @@ def test_generated_overrides_are_quoted_and_the_head_server_pinned(pytester: pyt
     config = Path(argv[argv.index("--config") + 1])
     assert not set(",' ") & set(str(config))
     assert config.resolve() == (odd / "extra.yaml").resolve()
-    # The policy got the very name (argv items, no shell and no Hydra in between).
+    # The policy got the very name and answer (argv items, no shell and no Hydra in between).
     assert _script(result)["model"] == NASTY_MODEL
+    assert _script(result)["answer"] == "-x"
 
 
 def test_no_secret_reaches_argv_the_log_or_the_run_info(
@@ -99,6 +103,8 @@ def test_no_secret_reaches_argv_the_log_or_the_run_info(
     run = pytester.path / "run"
     for name in ("gym_env.log", "pytest_gym_run.json", "deployment.json"):
         assert (run / name).is_file(), name
+    state = json.loads((run / "deployment.json").read_text())
+    assert state["stopped"] == ["gym: stopped by SIGINT"]  # by its supervisor, asked at the end of the run
     leaks = [str(p) for p in run.rglob("*") if p.is_file() and not p.is_symlink() and MARKER.encode() in p.read_bytes()]
     assert leaks == []
     assert MARKER not in result.stdout.str()

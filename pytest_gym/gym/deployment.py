@@ -231,9 +231,19 @@ def _run_owner() -> int | None:
     """The process whose end ends the run, when it is not this one: an xdist worker's controller.
 
     xdist starts its workers as children of the controller (execnet's popen gateway); the worker that
-    starts Gym ends before the controller has finished with it (aggregate metrics, the stop).
+    starts Gym ends before the controller has finished with it (aggregate metrics, the stop). A worker
+    is told apart from a pytest that merely inherited ``PYTEST_XDIST_WORKER`` (a subprocess run from a
+    worker's test): xdist sets the variable in the worker itself, so it is not in the worker's initial
+    environment (``/proc/self/environ``).
     """
-    return os.getppid() if os.environ.get("PYTEST_XDIST_WORKER") else None
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            inherited = b"\0PYTEST_XDIST_WORKER=" in b"\0" + fh.read()
+    except OSError:
+        inherited = sys.argv[:1] != ["-c"]  # no procfs: execnet starts workers with ``python -c``
+    return None if inherited else os.getppid()
 
 
 def start_policy(
@@ -271,6 +281,14 @@ def start_policy(
         time.sleep(0.05)
     stop_supervised([policy])
     raise GymError(f"the scripted policy did not start; log {run_dir / POLICY_LOG}:\n{log_tail(run_dir / POLICY_LOG)}")
+
+
+def _gym_env() -> dict[str, str]:
+    """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log."""
+    env = dict(os.environ)
+    if not env.get("COLUMNS", "").isdigit() or int(env["COLUMNS"]) < 200:
+        env["COLUMNS"] = "200"
+    return env
 
 
 def _start_log(log_path: Path) -> str:
@@ -339,7 +357,7 @@ def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None
             log.write("pytest-gym: " + shlex.join(command) + "\n")
         try:
             gym = spawn_supervised(
-                "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid
+                "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=_gym_env()
             )
         except OSError as exc:
             raise GymError(f"Gym did not start: {exc}") from None

@@ -141,6 +141,11 @@ def first_error(path: Path, max_bytes: int = 1024 * 1024) -> str | None:
         # The exception line: the first unindented line after the frames.
         found = next((i for i in range(found + 1, min(len(lines), found + 200)) if lines[i][:1].strip()), found)
     quoted = [lines[found].strip()]
+    # A console wraps long lines at a space it keeps: "Error: ... entry 'x.yaml' " + "was not found."
+    end = found
+    while lines[end].endswith(" ") and end + 1 < len(lines) and lines[end + 1].strip() and end < found + 3:
+        end += 1
+        quoted[0] += " " + lines[end].strip()
     if re.search(r"\d+ validation errors? for ", lines[found]):
         quoted += [line.strip() for line in lines[found + 1 : found + 3] if line.strip()]
     return mask_secrets(" / ".join(quoted))
@@ -191,6 +196,7 @@ def spawn_supervised(
     first: signal.Signals = signal.SIGINT,
     grace: float = 30.0,
     owner_pid: int | None = None,
+    env: dict[str, str] | None = None,
     timeout: float = 20.0,
 ) -> Supervised:
     """Start ``args`` under a supervisor that stops its whole group when asked or when pytest is gone.
@@ -222,6 +228,7 @@ def spawn_supervised(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
     with _PIPES_LOCK:
         _PIPES[proc.pid] = proc

@@ -68,6 +68,44 @@ class _Owner:
         return pid_alive(self.pid) and process_start_time(self.pid) == self.started
 
 
+def _session_members() -> list[int]:
+    """Other live processes of this supervisor's session: what left the command's group (Ray's workers
+    move to groups of their own) but not the session. Empty without procfs."""
+    me, sid = os.getpid(), os.getsid(0)
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+                if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+                    found.append(int(entry))
+    return found
+
+
+def _sweep_session(grace: float = 2.0) -> str:
+    """Stop what is left in the session once the command's group is gone: SIGTERM, then SIGKILL."""
+    left = _session_members()
+    count = len(left)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = [pid for pid in left if pid_alive(pid)]
+    if not count:
+        return ""
+    if left:
+        return f"; {len(left)} of {count} process(es) that left its group survived SIGKILL"
+    return f"; {count} process(es) that left its group stopped"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_gym.gym.supervisor")
     parser.add_argument("--first", choices=("INT", "TERM"), default="INT", help="signal that starts the stop")
@@ -102,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         if code is not None:
             ended = stop_group(child.pid, LEFTOVER_GRACE_S, None, first=signal.SIGTERM)
             note = f"exited with code {code}" + ("" if ended == "already stopped" else f"; what it left: {ended}")
+            note += _sweep_session()
             _say(f"{command[0]} {note}")
             _write_state(state_file, {"supervisor": os.getpid(), "pid": child.pid, "ended": note, "code": code})
             return code if code >= 0 else 128 - code
@@ -127,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                     stdin_fd = None  # the starter (an xdist worker) ended; the owner is still watched
     _say(f"{reason}: stopping {command[0]} (pid {child.pid}) with SIG{args.first}, grace {args.grace:g} s")
     began = time.monotonic()
-    ended = stop_group(child.pid, args.grace, child, first=first)
+    ended = stop_group(child.pid, args.grace, child, first=first) + _sweep_session()
     _say(f"{ended} after {time.monotonic() - began:.1f} s")
     _write_state(state_file, {"supervisor": os.getpid(), "pid": child.pid, "ended": ended, "code": child.returncode})
     return 0
