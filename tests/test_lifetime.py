@@ -155,6 +155,7 @@ def test_a_second_signal_does_not_cut_the_stop_short(pytester: pytest.Pytester) 
     assert state["stopped"][0] == "gym: stopped by SIGTERM", state  # the child ignored SIGINT: grace, then SIGTERM
     assert state["stopped"][1] == "policy: stopped by SIGTERM", state
     assert "SIGTERM arrived while Gym was stopping: the stop was finished first" in state["stopped"], state
+    assert "pytest-gym: stopping gym and policy first" in text, text
 
 
 SLOW_STOPPER = (

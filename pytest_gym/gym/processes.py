@@ -26,30 +26,6 @@ from pytest_gym.core.masking import mask_secrets
 from pytest_gym.core.pids import pid_alive
 
 
-def _restore_sigint() -> None:
-    # A background job of a non-interactive shell starts with SIGINT ignored, and
-    # ignored signals survive exec: Gym would then never see our SIGINT.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def spawn_group(
-    args: Sequence[str], cwd: Path, log_path: Path, env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    """Start ``args`` as the leader of a new session and process group, output to ``log_path``."""
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
-            list(args),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_restore_sigint,
-            env=env,
-        )
-
-
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -293,18 +269,26 @@ def _ended(supervised: Supervised) -> str | None:
 
 
 @contextlib.contextmanager
-def signals_deferred() -> Iterator[list[int]]:
+def signals_deferred(notice: str = "") -> Iterator[list[int]]:
     """Hold SIGINT, SIGTERM and SIGHUP while a stop runs, so a CI's second signal cannot cut it short.
 
-    The signals received are listed; the caller is ending anyway and reports them. Only the main thread
+    The signals received are listed (the caller is ending anyway and reports them); the first one prints
+    ``notice`` to stderr, so a user pressing Ctrl-C again knows why pytest waits. Only the main thread
     can set handlers: elsewhere nothing is held.
     """
     received: list[int] = []
+
+    def hold(signum: int, _frame: object) -> None:
+        if not received and notice:
+            with contextlib.suppress(OSError):
+                os.write(2, f"\n{notice}\n".encode())
+        received.append(signum)
+
     previous: dict[signal.Signals, object] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             with contextlib.suppress(OSError, ValueError):
-                previous[sig] = signal.signal(sig, lambda signum, _frame: received.append(signum))
+                previous[sig] = signal.signal(sig, hold)
     try:
         yield received
     finally:
@@ -321,7 +305,10 @@ def stop_supervised(items: Sequence[Supervised], margin: float = 15.0) -> list[s
     is stopped here directly.
     """
     notes: dict[str, str] = {}
-    with signals_deferred() as received:
+    bound = max((item.grace for item in items), default=0.0) + margin
+    names = " and ".join(item.name for item in items)
+    notice = f"pytest-gym: stopping {names} first (at most {bound:.0f} s; they are stopped even if pytest is killed)"
+    with signals_deferred(notice) as received:
         for item in items:
             _request_stop(item)
         orphans = [item for item in items if not _supervisor_running(item)]
@@ -332,7 +319,7 @@ def stop_supervised(items: Sequence[Supervised], margin: float = 15.0) -> list[s
         ]
         for thread in threads:
             thread.start()
-        deadline = time.monotonic() + max(item.grace for item in items) + margin if items else 0.0
+        deadline = time.monotonic() + bound
         pending = [item for item in items if item not in orphans]
         while pending and time.monotonic() < deadline:
             pending = [item for item in pending if _supervisor_running(item)]
