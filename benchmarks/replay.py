@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import signal
 import statistics
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from urllib.parse import urlsplit
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.cassette import CASSETTE_FILE
 from pytest_gym.gym.deployment import start_policy
-from pytest_gym.gym.processes import stop_group
+from pytest_gym.gym.processes import stop_supervised
 from pytest_gym.gym.recorder import start_recorder
 
 
@@ -125,23 +124,23 @@ def main() -> int:
         stops: list[Callable[[], None]] = []
         try:
             policy, policy_url = start_policy(GymSettings(policy_latency_ms=args.latency_ms), root / "policy")
-            stops.append(lambda: stop_group(policy.pid, 5.0, policy, first=signal.SIGTERM) and None)
+            stops.append(lambda: stop_supervised([policy]) and None)
             script(policy_url.removesuffix("/v1"), answers=["\\boxed{A}", "\\boxed{B}", "\\boxed{C}"])
             run_calls(policy_url, bodies[: args.concurrency * 4], args.concurrency)  # warm-up
             report("direct", *run_calls(policy_url, bodies, args.concurrency), calls)
 
             recorder, url = start_recorder("record", root / "rec", upstream=policy_url)
-            stops.append(lambda: stop_group(recorder.pid, 5.0, recorder, first=signal.SIGTERM) and None)
+            stops.append(lambda: stop_supervised([recorder]) and None)
             report("record", *run_calls(url, bodies, args.concurrency), calls)
             recorded = stats_of(url.removesuffix("/v1"))
             assert recorded["recorded"] == calls, recorded
-            stop_group(recorder.pid, 5.0, recorder, first=signal.SIGTERM)
-            stop_group(policy.pid, 5.0, policy, first=signal.SIGTERM)
+            stop_supervised([recorder])
+            stop_supervised([policy])
 
             started = time.perf_counter()
             replay, url = start_recorder("replay", root / "rep", cassette=root / "rec")
             startup = time.perf_counter() - started
-            stops.append(lambda: stop_group(replay.pid, 5.0, replay, first=signal.SIGTERM) and None)
+            stops.append(lambda: stop_supervised([replay]) and None)
             report("replay", *run_calls(url, bodies, args.concurrency), calls)
             replayed = stats_of(url.removesuffix("/v1"))
             assert (replayed["hits"], replayed["upstream_calls"]) == (calls, 0), replayed

@@ -10,7 +10,6 @@ import hashlib
 import http.client
 import json
 import os
-import signal
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -40,7 +39,7 @@ from pytest_gym.gym.cassette import (
 )
 from pytest_gym.gym.deployment import start_policy
 from pytest_gym.gym.policy import PolicyServer, Script
-from pytest_gym.gym.processes import stop_group
+from pytest_gym.gym.processes import stop_supervised
 from pytest_gym.gym.recorder import MISS_STATUS, RecorderConfig, RecorderServer, main, start_recorder
 
 MARKER = "sk-replay-MARKER-5d1e0b"
@@ -572,9 +571,9 @@ def test_record_and_replay_as_processes(tmp_path: Path, monkeypatch: pytest.Monk
             stats = json.loads(call(url.removesuffix("/v1") + "/_stats", method="GET")[2])
             assert (stats["mode"], stats["recorded"], stats["upstream_calls"]) == ("record", 3, 3)
         finally:
-            stop_group(proc.pid, 5.0, proc, first=signal.SIGTERM)
+            stop_supervised([proc])
     finally:
-        stop_group(policy_proc.pid, 5.0, policy_proc, first=signal.SIGTERM)
+        stop_supervised([policy_proc])
     monkeypatch.delenv("GYM_POLICY_API_KEY")
     proc, url = start_recorder("replay", tmp_path / "rep", cassette=tmp_path / "rec")
     try:
@@ -582,7 +581,7 @@ def test_record_and_replay_as_processes(tmp_path: Path, monkeypatch: pytest.Monk
         stats = json.loads(call(url.removesuffix("/v1") + "/_stats", method="GET")[2])
         assert (stats["hits"], stats["misses"], stats["upstream_calls"]) == (3, 0, 0)
     finally:
-        stop_group(proc.pid, 5.0, proc, first=signal.SIGTERM)
+        stop_supervised([proc])
     log = (tmp_path / "rep" / "recorder.log").read_text()
     assert '"hits": 3' in log  # the final stats line
     assert MARKER not in (tmp_path / "rec" / "recorder.log").read_text()

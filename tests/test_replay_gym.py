@@ -7,8 +7,6 @@ server takes over the recorder's port, as a second session's recorder would sit 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -24,7 +22,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.cassette import iter_recordings, misses_for_row, read_misses
 from pytest_gym.gym.deployment import free_port, start_deployment, start_policy, stop_started
 from pytest_gym.gym.policy import Script, responses_object
-from pytest_gym.gym.processes import stop_group
+from pytest_gym.gym.processes import Supervised, stop_supervised
 from pytest_gym.gym.recorder import start_recorder
 from pytest_gym.gym.rescore import RESCORED_FILE, rescore
 from pytest_gym.gym.server import GymServer
@@ -55,8 +53,8 @@ class Stack:
     endpoint: GymEndpoint
     server: GymServer
     port: int
-    recorder: subprocess.Popen[bytes] | None = None
-    policy: subprocess.Popen[bytes] | None = None
+    recorder: Supervised | None = None
+    policy: Supervised | None = None
     policy_url: str = ""
 
     @property
@@ -66,7 +64,7 @@ class Stack:
     def stop_model(self) -> None:
         for proc in (self.recorder, self.policy):
             if proc is not None:
-                stop_group(proc.pid, 5.0, proc, first=signal.SIGTERM)
+                stop_supervised([proc])
         self.recorder = self.policy = None
 
     def replay(self, name: str, row: dict[str, Any] | None = None) -> Path:
@@ -104,7 +102,7 @@ def stack(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
     finally:
         for proc in (recorder, policy):
             if proc is not None:
-                stop_group(proc.pid, 5.0, proc, first=signal.SIGTERM)
+                stop_supervised([proc])
         if started is not None:
             stop_started(started, 20)
 

@@ -36,7 +36,9 @@ class GymSettings(BaseModel):
     model_url: str | None = Field(None, pattern=r"^https?://\S+$")
     model: str | None = None
     agent: str | None = None
-    policy: Literal["none", "scripted"] = "none"
+    policy: Literal["none", "scripted", "record", "replay"] = "none"
+    cassette: str | None = None
+    replay_miss: Literal["error", "passthrough"] = "error"
     policy_answer: str = "\\boxed{A}"
     policy_latency_ms: float = Field(0.0, ge=0.0)
     cli: str = "gym"

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
@@ -283,6 +283,29 @@ def start_policy(
     raise GymError(f"the scripted policy did not start; log {run_dir / POLICY_LOG}:\n{log_tail(run_dir / POLICY_LOG)}")
 
 
+def start_model_recorder(settings: GymSettings, run_dir: Path, owner_pid: int | None = None) -> tuple[Supervised, str]:
+    """``--gym-policy record|replay``: the recording proxy or the replay server, in place of the model."""
+    from pytest_gym.gym.recorder import start_recorder
+
+    if settings.policy == "record" and not settings.model_url:
+        raise GymError("--gym-policy record needs --gym-model-url URL: the model whose answers are recorded")
+    if settings.policy == "replay" and not settings.cassette:
+        raise GymError(
+            "--gym-policy replay needs --gym-cassette PATH: a cassette.jsonl, or the run folder of a recording"
+        )
+    if settings.policy == "replay" and settings.replay_miss == "passthrough" and not settings.model_url:
+        raise GymError("--gym-replay-miss passthrough needs --gym-model-url URL: where unrecorded calls go")
+    mode: Literal["record", "replay"] = "record" if settings.policy == "record" else "replay"
+    return start_recorder(
+        mode,
+        run_dir,
+        upstream=settings.model_url,
+        cassette=settings.cassette,
+        miss=settings.replay_miss,
+        owner_pid=owner_pid,
+    )
+
+
 def _gym_env() -> dict[str, str]:
     """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log."""
     env = dict(os.environ)
@@ -344,6 +367,10 @@ def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None
             policy, policy_url = start_policy(settings, run_dir, owner_pid=owner_pid)
             started.policy_pid = policy.pid
             started.supervised.append(asdict(policy))
+        elif settings.policy in ("record", "replay"):
+            policy, policy_url = start_model_recorder(settings, run_dir, owner_pid=owner_pid)
+            started.policy_pid = policy.pid
+            started.supervised.append(asdict(policy))
         elif not settings.model_url:
             raise GymError(
                 "no policy model: pass --gym-model-url URL (and --gym-model NAME; key in $GYM_POLICY_API_KEY) "
@@ -373,9 +400,8 @@ def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None
         endpoint.policy_url = policy_url
         if policy is not None and policy_url is not None:
             # Watched like Gym's own servers: a dead policy fails the remaining trials at once.
-            endpoint.servers.append(
-                ServerInstance("scripted_policy", "pytest_gym_policy", "scripted", policy_url, policy.pid)
-            )
+            name = "scripted_policy" if settings.policy == "scripted" else f"model_{settings.policy}er"
+            endpoint.servers.append(ServerInstance(name, "pytest_gym_policy", settings.policy, policy_url, policy.pid))
         return endpoint, started
     except BaseException:
         stop_started(started, settings.shutdown_grace)

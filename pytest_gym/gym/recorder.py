@@ -39,7 +39,6 @@ import os
 import signal
 import socket
 import ssl
-import subprocess
 import sys
 import threading
 import time
@@ -67,7 +66,7 @@ from pytest_gym.gym.cassette import (
     recordable,
     resolve_cassette,
 )
-from pytest_gym.gym.processes import log_tail, spawn_group, stop_group
+from pytest_gym.gym.processes import Supervised, log_tail, spawn_supervised, stop_supervised, supervisor_popen
 
 RECORDER_LOG = "recorder.log"
 PORT_FILE = "recorder.port"
@@ -592,13 +591,15 @@ def start_recorder(
     default_ignore: bool = True,
     port: int = 0,
     timeout: float = 20.0,
-) -> tuple[subprocess.Popen[bytes], str]:
+    owner_pid: int | None = None,
+) -> tuple[Supervised, str]:
     """Start the recorder in its own process group, as ``start_policy`` starts the scripted policy.
 
-    Returns the process and the base URL to give Gym as ``policy_base_url`` (``port`` 0 picks a free
-    one; a fixed port lets a replay take over from a recording behind a running Gym). The upstream key is
-    inherited through ``$GYM_POLICY_API_KEY`` (never on the command line). Stop it with
-    ``stop_group(proc.pid, 5.0, proc, first=signal.SIGTERM)``; the cassette is complete at every moment.
+    Returns the supervised process and the base URL to give Gym as ``policy_base_url`` (``port`` 0 picks a
+    free one; a fixed port lets a replay take over from a recording behind a running Gym). The upstream key
+    is inherited through ``$GYM_POLICY_API_KEY`` (never on the command line). It runs under a supervisor
+    that stops it when this process ends; stop it with ``stop_supervised([recorder])``. The cassette is
+    complete at every moment.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     port_file = run_dir / PORT_FILE
@@ -616,15 +617,21 @@ def start_recorder(
     if not default_ignore:
         args.append("--no-default-ignore")
     log = run_dir / RECORDER_LOG
-    proc = spawn_group(args, run_dir, log)
+    try:
+        recorder = spawn_supervised(
+            "recorder", args, run_dir, log, first=signal.SIGTERM, grace=5.0, owner_pid=owner_pid
+        )
+    except OSError as exc:
+        raise GymError(f"the model recorder ({mode}) did not start: {exc}") from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if port_file.exists():
-            return proc, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
-        if proc.poll() is not None:
+            return recorder, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
+        proc = supervisor_popen(recorder)
+        if proc is not None and proc.poll() is not None:
             break
         time.sleep(0.05)
-    stop_group(proc.pid, 1.0, proc, first=signal.SIGTERM)
+    stop_supervised([recorder])
     raise GymError(f"the model recorder ({mode}) did not start; log {log}:\n{log_tail(log)}")
 
 
