@@ -1,0 +1,290 @@
+"""Interval for a suite's mean reward that keeps its coverage from one task up, standard library only.
+
+Method: Clopper-Pearson on an effective sample size (Korn & Graubard 1998, the method for
+proportions estimated from clustered survey data), clusters = tasks:
+
+* ``n_eff = mean * (1 - mean) / var`` with ``var`` the task-clustered (CR1) variance of the
+  trial-weighted mean, i.e. total trials / design effect, the design effect coming from the
+  observed between-task spread. ``mean * (1 - mean)`` is the most a [0, 1] reward can vary at
+  that mean, so fractional rewards are treated conservatively as if they were pass/fail.
+* ``n_eff`` is shrunk by ``(z / t_df)**2`` (Korn-Graubard's degrees-of-freedom correction) with
+  ``df`` the effective number of tasks that carry the variance (Satterthwaite,
+  ``(sum e_g^2)^2 / sum e_g^4``, at most tasks - 1). One failing task in a hundred gives df ~ 1,
+  so a single failure cannot make the interval narrower than all passing would.
+* ``n_eff`` is kept between ``N**2 / sum(m_g**2)`` (the Kish effective number of tasks: what
+  fully correlated repeats are worth, valid for any reward in [0, 1]) and ``N`` trials. One
+  task, or no spread to estimate a variance from (all pass, all fail, all equal), gets the
+  lower end, so the interval is wide, never a point.
+
+Why not the alternatives: a t-interval leaves [0, 1] and collapses to a point at zero spread;
+Wilson and Jeffreys undercover near 0 and 1 at small n, which is exactly where CI gates such as
+``ci_low >= 0.95`` sit. Clopper-Pearson is conservative by construction; the simulation in
+tests/test_coverage.py checks >= 0.93 coverage from 1 to 300 tasks, pass rates 0.5 to 1.0,
+1-8 repeats, task heterogeneity, binary and fractional rewards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+CONFIDENCE = 0.95
+# RMS deviation per trial below which the spread is treated as exactly zero (float noise).
+_ZERO_SPREAD = 1e-9
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def _betainc(a: float, b: float, x: float, y: float) -> float:
+    """Regularized incomplete beta I_x(a, b) with y = 1 - x passed in to keep its digits.
+
+    Numerical Recipes' continued fraction (modified Lentz), as in pytest_gym.stats.
+    """
+    if x <= 0.0:
+        return 0.0
+    if y <= 0.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y)
+    front = math.exp(log_front)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, y) / b
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c = 1.0
+    d = 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 1_000_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _beta_ppf_start(q: float, a: float, b: float) -> float:
+    """Numerical Recipes' first guess for the beta quantile (3rd ed., ``Beta::invbetai``)."""
+    if a >= 1.0 and b >= 1.0:
+        pp = q if q < 0.5 else 1.0 - q
+        t = math.sqrt(-2.0 * math.log(pp))
+        z = (2.30753 + t * 0.27061) / (1.0 + t * (0.99229 + t * 0.04481)) - t
+        z = -z if q < 0.5 else z
+        al = (z * z - 3.0) / 6.0
+        h = 2.0 / (1.0 / (2.0 * a - 1.0) + 1.0 / (2.0 * b - 1.0))
+        skew = (1.0 / (2.0 * b - 1.0) - 1.0 / (2.0 * a - 1.0)) * (al + 5.0 / 6.0 - 2.0 / (3.0 * h))
+        w = z * math.sqrt(al + h) / h - skew
+        return a / (a + b * math.exp(min(2.0 * w, 700.0)))
+    # Tail approximations I_x ~ x**a / (a w) near 0 and 1 - I_x ~ (1 - x)**b / (b w) near 1.
+    t = math.exp(a * math.log(a / (a + b))) / a
+    u = math.exp(b * math.log(b / (a + b))) / b
+    w = t + u
+    if q < t / w:
+        return float((a * w * q) ** (1.0 / a))
+    return 1.0 - float((b * w * (1.0 - q)) ** (1.0 / b))
+
+
+def beta_ppf(q: float, a: float, b: float) -> float:
+    """Quantile of Beta(a, b): the x with I_x(a, b) = q.
+
+    Halley steps on the CDF from Numerical Recipes' first guess, kept inside a shrinking
+    bisection bracket, so it converges for every shape (a or b below 1 included).
+    """
+    if not (a > 0.0 and b > 0.0 and math.isfinite(a) and math.isfinite(b)):
+        raise ValueError(f"beta parameters must be positive and finite, got a={a!r}, b={b!r}")
+    if q <= 0.0:
+        return 0.0
+    if q >= 1.0:
+        return 1.0
+    log_norm = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    lo, hi = 0.0, 1.0
+    x = _beta_ppf_start(q, a, b)
+    if not 0.0 < x < 1.0:
+        x = a / (a + b)
+    for _ in range(300):
+        if not 0.0 < x < 1.0:  # the quantile is closer to 0 or 1 than a float can say
+            return x
+        f = _betainc(a, b, x, 1.0 - x) - q
+        if f == 0.0:
+            return x
+        if f < 0.0:
+            lo = x
+        else:
+            hi = x
+        log_density = (a - 1.0) * math.log(x) + (b - 1.0) * math.log1p(-x) - log_norm
+        nxt = -1.0  # outside the bracket: bisect
+        if abs(log_density) < 700.0:
+            u = f / math.exp(log_density)
+            halley = 1.0 - 0.5 * u * ((a - 1.0) / x - (b - 1.0) / (1.0 - x))
+            nxt = x - u / min(2.0, max(0.5, halley))
+            if abs(nxt - x) <= 1e-14 * x:
+                return min(hi, max(lo, nxt))
+        if not lo < nxt < hi:
+            nxt = math.sqrt(lo * hi) if lo > 0.0 and hi > 1e3 * lo else (lo + hi) / 2.0
+        if hi - lo <= 1e-15 * hi:
+            return nxt
+        x = nxt
+    return x
+
+
+def t_ppf(p: float, df: float) -> float:
+    """Student-t quantile for real df >= 1 (via the beta quantile; the normal one above 1e7)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be in (0, 1), got {p!r}")
+    if not df > 0.0:
+        raise ValueError(f"df must be positive, got {df!r}")
+    if p < 0.5:
+        return -t_ppf(1.0 - p, df)
+    if p == 0.5:
+        return 0.0
+    if df > 1e7:
+        return NormalDist().inv_cdf(p)
+    x = beta_ppf(2.0 * (1.0 - p), df / 2.0, 0.5)  # P(|T| > t) = I_{df/(df+t^2)}(df/2, 1/2)
+    return math.sqrt(df * (1.0 - x) / x)
+
+
+def clopper_pearson(successes: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Exact binomial interval, extended to non-integer successes and n through the beta quantiles."""
+    _check_confidence(confidence)
+    if not (n > 0.0 and math.isfinite(n)):
+        raise ValueError(f"n must be positive and finite, got {n!r}")
+    if not 0.0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got successes={successes!r}, n={n!r}")
+    tail = (1.0 - confidence) / 2.0
+    low = 0.0 if successes <= 0.0 else beta_ppf(tail, successes, n - successes + 1.0)
+    # 1 - I_x(s + 1, n - s) = I_{1-x}(n - s, s + 1): solve in the small tail for accuracy near 1.
+    high = 1.0 if successes >= n else 1.0 - beta_ppf(tail, n - successes, successes + 1.0)
+    return low, high
+
+
+def _measured(groups: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Non-empty groups as floats; NaN, infinities and rewards outside [0, 1] raise ValueError."""
+    out: list[list[float]] = []
+    for index, group in enumerate(groups):
+        values = [float(r) for r in group]
+        bad = [r for r in values if not 0.0 <= r <= 1.0]  # also catches NaN
+        if bad:
+            raise ValueError(f"task {index}: rewards must be in [0, 1], got {bad[0]!r}")
+        if values:
+            out.append(values)
+    if not out:
+        raise ValueError("no rewards: an interval needs at least one task with at least one trial")
+    return out
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a suite's rewards are worth: trial-weighted mean and effective pass/fail trials.
+
+    ``n_floor`` is the Kish effective number of tasks, what n_eff falls back to without a
+    usable spread (see the module docstring).
+    """
+
+    mean: float
+    n_eff: float
+    n_floor: float
+    tasks: int
+    trials: int
+
+
+def evidence(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) -> Evidence:
+    """Mean and effective sample size of per-task rewards, as described in the module docstring.
+
+    Empty groups (tasks whose trials all errored) are skipped, as in ``suite_stats``.
+    """
+    _check_confidence(confidence)
+    measured = _measured(groups)
+    sizes = [len(g) for g in measured]
+    sums = [math.fsum(g) for g in measured]
+    trials = sum(sizes)
+    square_sizes = sum(m * m for m in sizes)
+    mean = min(1.0, max(0.0, math.fsum(sums) / trials))
+    n_floor = trials * trials / square_sizes
+    tasks = len(measured)
+    residuals = [s - m * mean for s, m in zip(sums, sizes, strict=True)]
+    ss = math.fsum(e * e for e in residuals)
+    spread = mean * (1.0 - mean)
+    if tasks < 2 or spread <= 0.0 or ss <= _ZERO_SPREAD**2 * square_sizes:
+        return Evidence(mean, n_floor, n_floor, tasks, trials)
+    variance = tasks / (tasks - 1) * ss / (trials * trials)
+    df = min(tasks - 1.0, ss * ss / math.fsum(e**4 for e in residuals))
+    p = 0.5 + confidence / 2.0
+    shrink = (NormalDist().inv_cdf(p) / t_ppf(p, df)) ** 2
+    n_eff = min(float(trials), max(n_floor, spread / variance * shrink))
+    return Evidence(mean, n_eff, n_floor, tasks, trials)
+
+
+def _interval(mean: float, n_eff: float, n_floor: float, confidence: float) -> tuple[float, float]:
+    low, high = clopper_pearson(min(mean * n_eff, n_eff), n_eff, confidence)
+    # Monotone at the edges: a run with a failure never gets a higher lower bound than one where
+    # every trial passed (which uses the floor), nor one with a success a lower upper bound than all failing.
+    best_low = ((1.0 - confidence) / 2.0) ** (1.0 / n_floor)  # Clopper-Pearson lower bound of n_floor of n_floor
+    return min(low, best_low), max(high, 1.0 - best_low)
+
+
+def suite_interval(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Interval for the suite's mean reward; ``groups`` holds each task's rewards (in [0, 1]).
+
+    Always inside [0, 1] and never a single point; see the module docstring for the method.
+    Raises ValueError without any reward, or for a reward that is NaN or outside [0, 1].
+    """
+    ev = evidence(groups, confidence)
+    return _interval(ev.mean, ev.n_eff, ev.n_floor, confidence)
+
+
+def tasks_needed(
+    groups: Sequence[Sequence[float]],
+    threshold: float,
+    confidence: float = CONFIDENCE,
+    max_tasks: int = 1_000_000,
+) -> int | None:
+    """How many more tasks the gate ``ci_low >= threshold`` needs, if the suite kept its mean.
+
+    0 when the lower bound already clears. Otherwise assumes new tasks keep the observed mean
+    and the effective trials per task of this run (which errs towards more tasks, as the
+    small-sample shrinkage fades with more tasks). None when it can never clear (mean at or
+    below the threshold) or would need more than ``max_tasks`` tasks in all.
+    """
+    ev = evidence(groups, confidence)
+    tasks = ev.tasks
+
+    def clears(total_tasks: int) -> bool:
+        scale = total_tasks / tasks
+        return _interval(ev.mean, ev.n_eff * scale, ev.n_floor * scale, confidence)[0] >= threshold
+
+    if clears(tasks):
+        return 0
+    if ev.mean <= threshold:
+        return None
+    low, high = tasks, tasks * 2
+    while not clears(high):
+        if high >= max_tasks:
+            return None
+        low, high = high, min(high * 2, max_tasks)
+    while high - low > 1:  # clears(high) and not clears(low)
+        mid = (low + high) // 2
+        if clears(mid):
+            high = mid
+        else:
+            low = mid
+    return high - tasks
