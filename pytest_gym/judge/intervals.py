@@ -119,11 +119,11 @@ def beta_ppf(q: float, a: float, b: float) -> float:
     log_norm = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
     lo, hi = 0.0, 1.0
     x = _beta_ppf_start(q, a, b)
-    if not 0.0 < x < 1.0:
+    if math.isnan(x):
         x = a / (a + b)
     for _ in range(300):
         if not 0.0 < x < 1.0:  # the quantile is closer to 0 or 1 than a float can say
-            return x
+            return min(1.0, max(0.0, x))
         f = _betainc(a, b, x, 1.0 - x) - q
         if f == 0.0:
             return x
@@ -139,8 +139,11 @@ def beta_ppf(q: float, a: float, b: float) -> float:
             nxt = x - u / min(2.0, max(0.5, halley))
             if abs(nxt - x) <= 1e-14 * x:
                 return min(hi, max(lo, nxt))
-        if not lo < nxt < hi:
-            nxt = math.sqrt(lo * hi) if lo > 0.0 and hi > 1e3 * lo else (lo + hi) / 2.0
+        if not lo < nxt < hi:  # bisect, geometrically in the far lower tail
+            if lo == 0.0:
+                nxt = hi * hi if hi < 1e-3 else hi / 2.0
+            else:
+                nxt = math.sqrt(lo * hi) if hi > 1e3 * lo else (lo + hi) / 2.0
         if hi - lo <= 1e-15 * hi:
             return nxt
         x = nxt
@@ -177,19 +180,25 @@ def clopper_pearson(successes: float, n: float, confidence: float = CONFIDENCE) 
     return low, high
 
 
-def _measured(groups: Sequence[Sequence[float]]) -> list[list[float]]:
-    """Non-empty groups as floats; NaN, infinities and rewards outside [0, 1] raise ValueError."""
-    out: list[list[float]] = []
-    for index, group in enumerate(groups):
-        values = [float(r) for r in group]
-        bad = [r for r in values if not 0.0 <= r <= 1.0]  # also catches NaN
-        if bad:
-            raise ValueError(f"task {index}: rewards must be in [0, 1], got {bad[0]!r}")
-        if values:
-            out.append(values)
-    if not out:
+def _task_totals(groups: Sequence[Sequence[float]]) -> tuple[list[int], list[float]]:
+    """(trials, reward sum) of each non-empty task; NaN, infinities and rewards outside [0, 1] raise ValueError.
+
+    Checks whole tasks at C speed and looks for the culprit only when something is wrong.
+    """
+    measured = [g for g in groups if len(g) > 0]
+    if not measured:
         raise ValueError("no rewards: an interval needs at least one task with at least one trial")
-    return out
+    try:
+        sums = [math.fsum(g) for g in measured]
+        valid = not any(map(math.isnan, sums)) and min(map(min, measured)) >= 0.0 and max(map(max, measured)) <= 1.0
+    except ValueError:  # fsum of inf and -inf
+        valid = False
+    if not valid:
+        for index, group in enumerate(groups):
+            bad = [r for r in group if not 0.0 <= r <= 1.0]  # NaN fails every comparison
+            if bad:
+                raise ValueError(f"task {index}: rewards must be in [0, 1], got {bad[0]!r}")
+    return [len(g) for g in measured], sums
 
 
 @dataclass(frozen=True)
@@ -213,14 +222,12 @@ def evidence(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) 
     Empty groups (tasks whose trials all errored) are skipped, as in ``suite_stats``.
     """
     _check_confidence(confidence)
-    measured = _measured(groups)
-    sizes = [len(g) for g in measured]
-    sums = [math.fsum(g) for g in measured]
+    sizes, sums = _task_totals(groups)
     trials = sum(sizes)
     square_sizes = sum(m * m for m in sizes)
     mean = min(1.0, max(0.0, math.fsum(sums) / trials))
     n_floor = trials * trials / square_sizes
-    tasks = len(measured)
+    tasks = len(sizes)
     residuals = [s - m * mean for s, m in zip(sums, sizes, strict=True)]
     ss = math.fsum(e * e for e in residuals)
     spread = mean * (1.0 - mean)

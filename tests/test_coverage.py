@@ -1,0 +1,136 @@
+"""Coverage simulation: do the judge's intervals and tests keep their promises on realistic suites?
+
+Suites are drawn the way evaluations behave: each task has its own success probability, drawn
+from a Beta around the true pass rate (so repeats of a task are correlated), and is run 1, 3
+or 8 times, or a different 1-8 times per task. Rewards are pass/fail, or fractional (partial
+credit out of four checks, or continuous). Every cell must cover the true rate >= 93% of the
+time; the paired test must not call a drop more often than 5% (plus Monte Carlo noise) when
+nothing changed. Fixed seeds and the standard library only, so results are reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from functools import cache
+
+import pytest
+
+from pytest_gym.judge.intervals import suite_interval
+from pytest_gym.judge.paired import paired_test
+
+TASKS = (1, 2, 3, 5, 10, 30, 100, 300)
+PASS_RATES = (0.5, 0.8, 0.9, 0.95, 0.99, 1.0)
+REPEATS = (1, 3, 8, None)  # None: each task gets its own 1-8 repeats
+CONCENTRATIONS = (1.0, 5.0, 50.0)  # Beta(rate * c, (1 - rate) * c): intra-task correlation 1 / (1 + c)
+SIMS = 400
+MIN_COVERAGE = 0.93
+
+POOL = 4096
+
+
+@cache
+def _task_rates(rate: float, concentration: float) -> tuple[tuple[float, ...], float]:
+    """A fixed pool of task success probabilities ~ Beta around ``rate``, and its exact mean.
+
+    Tasks are drawn uniformly from the pool, so the pool mean is the true suite rate (within
+    ~0.005 of ``rate``); drawing from a pool keeps thousands of suites within seconds.
+    """
+    if rate >= 1.0:
+        return (1.0,), 1.0
+    rng = random.Random(f"{rate}/{concentration}")
+    pool = tuple(rng.betavariate(rate * concentration, (1.0 - rate) * concentration) for _ in range(POOL))
+    return pool, math.fsum(pool) / POOL
+
+
+def _rewards(rng: random.Random, p: float, m: int, kind: str) -> list[float]:
+    r = rng.random
+    if kind == "binary":
+        return [1.0 if r() < p else 0.0 for _ in range(m)]
+    if kind == "partial":  # four checks, a quarter point each
+        return [((r() < p) + (r() < p) + (r() < p) + (r() < p)) / 4.0 for _ in range(m)]
+    if p <= 0.0:
+        return [0.0] * m
+    power = (1.0 - p) / p  # continuous on [0, 1]: E[U ** power] = 1 / (1 + power) = p
+    return [r() ** power for _ in range(m)]
+
+
+def _suite(
+    rng: random.Random, tasks: int, rate: float, sim: int, kinds: tuple[str, ...]
+) -> tuple[list[list[float]], float]:
+    """One simulated suite and its true rate; the design (repeats, heterogeneity, rewards) cycles with ``sim``."""
+    repeats = REPEATS[sim % len(REPEATS)]
+    pool, truth = _task_rates(rate, CONCENTRATIONS[sim // len(REPEATS) % len(CONCENTRATIONS)])
+    kind = kinds[sim % len(kinds)]
+    size = len(pool)
+    groups = []
+    for _ in range(tasks):
+        m = repeats if repeats is not None else 1 + int(rng.random() * 8)
+        groups.append(_rewards(rng, pool[int(rng.random() * size)], m, kind))
+    return groups, truth
+
+
+def _coverage(tasks: int, rate: float, kinds: tuple[str, ...], seed: int) -> float:
+    rng = random.Random(seed)
+    sims = SIMS if rate < 1.0 else 24  # at rate 1.0 every reward is 1: nothing random to average over
+    hits = 0
+    for sim in range(sims):
+        groups, truth = _suite(rng, tasks, rate, sim, kinds)
+        low, high = suite_interval(groups)
+        assert 0.0 <= low < high <= 1.0
+        hits += low <= truth <= high
+    return hits / sims
+
+
+@pytest.mark.parametrize("tasks", TASKS)
+@pytest.mark.parametrize("kinds", [("binary",), ("partial", "continuous")], ids=["binary", "fractional"])
+def test_suite_interval_covers(tasks: int, kinds: tuple[str, ...]) -> None:
+    coverage = {rate: _coverage(tasks, rate, kinds, seed=tasks * 1000 + i) for i, rate in enumerate(PASS_RATES)}
+    low = {rate: c for rate, c in coverage.items() if c < MIN_COVERAGE}
+    assert not low, f"coverage below {MIN_COVERAGE} with {tasks} tasks: {low}"
+
+
+# --- paired comparison ---------------------------------------------------------------------------
+
+
+def _paired_run(
+    rng: random.Random, tasks: int, rate: float, drop: float, repeats: int, binary: bool
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Per-task values of a baseline and a current run; current rates are baseline rates * (1 - drop)."""
+    pool, _ = _task_rates(rate, 5.0)
+    baseline: dict[str, float] = {}
+    current: dict[str, float] = {}
+    for task in range(tasks):
+        p = pool[int(rng.random() * len(pool))]
+        q = p * (1.0 - drop)
+        if binary:  # one trial: the per-task value is pass/fail
+            baseline[str(task)], current[str(task)] = _rewards(rng, p, 1, "binary")[0], _rewards(rng, q, 1, "binary")[0]
+        else:  # mean partial-credit reward over the repeats
+            baseline[str(task)] = math.fsum(_rewards(rng, p, repeats, "partial")) / repeats
+            current[str(task)] = math.fsum(_rewards(rng, q, repeats, "partial")) / repeats
+    return baseline, current
+
+
+PAIRED_CELLS = [
+    (tasks, rate, binary) for tasks in (2, 5, 10, 20, 60) for rate in (0.5, 0.9) for binary in (True, False)
+]
+
+
+@pytest.mark.parametrize(("tasks", "rate", "binary"), PAIRED_CELLS)
+def test_paired_false_positives_and_coverage(tasks: int, rate: float, binary: bool) -> None:
+    """No true change: the drop test fires <= 5% (+2 SE of noise); the interval covers 0 and a real drop."""
+    rng = random.Random(tasks * 10 + int(rate * 10) + binary)
+    sims = 300
+    false_positives = covered_null = covered_drop = 0
+    drop = 0.2
+    true_delta = -_task_rates(rate, 5.0)[1] * drop  # E[current - baseline] per task
+    for _ in range(sims):
+        null = paired_test(*_paired_run(rng, tasks, rate, 0.0, 3, binary), mc_samples=500)
+        false_positives += null.significant_drop(0.05)
+        covered_null += null.ci_low <= 0.0 <= null.ci_high
+        dropped = paired_test(*_paired_run(rng, tasks, rate, drop, 3, binary), mc_samples=500)
+        covered_drop += dropped.ci_low <= true_delta <= dropped.ci_high
+    noise = 2.0 * math.sqrt(0.05 * 0.95 / sims)
+    assert false_positives / sims <= 0.05 + noise
+    assert covered_null / sims >= MIN_COVERAGE
+    assert covered_drop / sims >= MIN_COVERAGE
