@@ -229,3 +229,38 @@ def test_task_passes_threshold_and_errors() -> None:
         task_passes([1.0, math.nan], 1.0, "any")
     with pytest.raises(ValueError, match="rule"):
         task_passes([1.0], 1.0, "most")  # type: ignore[arg-type]
+
+
+# --- rescaled interval for fractional values ------------------------------------------------------------
+
+
+def test_interval_on_pass_fail_values_is_plain_tango() -> None:
+    result = paired_test(*_runs([1.0] * 12 + [0.0] * 8, [0.0] * 5 + [1.0] * 9 + [0.0] * 6))
+    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(2, 5, 20))
+
+
+def test_consistent_small_drops_are_measured_tightly() -> None:
+    """30 tasks each down 0.1 +- 0.03: the spread is small, so the interval is near the t-interval, not Tango's."""
+    rng = random.Random(4)
+    deltas = [-0.1 + rng.uniform(-0.03, 0.03) for _ in range(30)]
+    result = paired_test(*_runs([0.5] * 30, [0.5 + d for d in deltas]))
+    plain = tango_interval(0.0, -math.fsum(deltas), 30)
+    assert result.ci_low < result.mean_delta < result.ci_high < 0.0  # type: ignore[operator]
+    assert result.ci_high - result.ci_low < (plain[1] - plain[0]) / 3
+    assert result.ci_high - result.ci_low > 2 * 1.96 * 0.03 / math.sqrt(3) / math.sqrt(
+        30
+    )  # wider than z * sd / sqrt(n)
+
+
+def test_few_changed_tasks_keep_plain_tango() -> None:
+    """Two changed tasks out of twenty carry all the spread (df ~ 1): no rescaling."""
+    before, after = _runs([1.0] * 20, [2 / 3, 1 / 3] + [1.0] * 18)
+    result = paired_test(before, after)
+    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(0.0, 1.0, 20))
+
+
+def test_identical_fractional_flips_are_not_a_point() -> None:
+    result = paired_test(*_runs([0.75, 0.75], [0.25, 0.25]))
+    assert result.p_drop == 0.25
+    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(0.0, 1.0, 2))
+    assert result.ci_high > 0.0
