@@ -1,26 +1,22 @@
 """Interval for a suite's mean reward that keeps its coverage from one task up, standard library only.
 
-Method: Clopper-Pearson on an effective sample size (Korn & Graubard 1998, the method for
-proportions estimated from clustered survey data), clusters = tasks:
+Method: Clopper-Pearson on an effective sample size, clusters = tasks (Korn & Graubard 1998,
+the survey-statistics method for proportions from clustered samples):
 
-* ``n_eff = mean * (1 - mean) / var`` with ``var`` the task-clustered (CR1) variance of the
-  trial-weighted mean, i.e. total trials / design effect, the design effect coming from the
-  observed between-task spread. ``mean * (1 - mean)`` is the most a [0, 1] reward can vary at
-  that mean, so fractional rewards are treated conservatively as if they were pass/fail.
-* ``n_eff`` is shrunk by ``(z / t_df)**2`` (Korn-Graubard's degrees-of-freedom correction) with
-  ``df`` the effective number of tasks that carry the variance (Satterthwaite,
-  ``(sum e_g^2)^2 / sum e_g^4``, at most tasks - 1). One failing task in a hundred gives df ~ 1,
-  so a single failure cannot make the interval narrower than all passing would.
-* ``n_eff`` is kept between ``N**2 / sum(m_g**2)`` (the Kish effective number of tasks: what
-  fully correlated repeats are worth, valid for any reward in [0, 1]) and ``N`` trials. One
-  task, or no spread to estimate a variance from (all pass, all fail, all equal), gets the
-  lower end, so the interval is wide, never a point.
+* ``n_eff = mean * (1 - mean) / var``, ``var`` the task-clustered (CR1) variance of the
+  trial-weighted mean: trials / design effect. ``mean * (1 - mean)`` bounds the variance of any
+  [0, 1] reward, so fractional rewards are treated conservatively as pass/fail.
+* shrunk by ``(z / t_df)**2``, df = effective number of tasks carrying the spread
+  (``(sum e^2)^2 / sum e^4``, at most tasks - 1): one failing task among 100 gives df ~ 1.
+* kept within [N**2 / sum(m_g**2), N]: from fully correlated repeats (Kish effective number of
+  tasks, valid for any reward in [0, 1]) to independent trials. One task or no spread (all
+  pass, all fail, all equal) gets the lower end: wide, never a point; and no run with a failure
+  gets a higher lower bound than all passing (nor, mirrored, for the upper bound).
 
-Why not the alternatives: a t-interval leaves [0, 1] and collapses to a point at zero spread;
-Wilson and Jeffreys undercover near 0 and 1 at small n, which is exactly where CI gates such as
-``ci_low >= 0.95`` sit. Clopper-Pearson is conservative by construction; the simulation in
-tests/test_coverage.py checks >= 0.93 coverage from 1 to 300 tasks, pass rates 0.5 to 1.0,
-1-8 repeats, task heterogeneity, binary and fractional rewards.
+Why: a t-interval leaves [0, 1] and collapses at zero spread; Wilson and Jeffreys undercover
+near 0 and 1 at small n, where gates such as ``ci_low >= 0.95`` sit; Clopper-Pearson is
+conservative there. tests/test_coverage.py checks >= 0.93 coverage for 1-300 tasks, rates
+0.5-1.0, 1-8 repeats, heterogeneous tasks, pass/fail and fractional rewards.
 """
 
 from __future__ import annotations
