@@ -263,11 +263,13 @@ def _variance_scale(deltas: Sequence[float], confidence: float) -> float:
     ss = math.fsum(e * e for e in residuals)
     if n < 2 or ss <= _TIE * _TIE * n:
         return 1.0
-    pass_fail_variance = math.fsum(abs(d) for d in deltas) / n - mean * mean
+    ratio = (math.fsum(abs(d) for d in deltas) / n - mean * mean) / (ss / n)
+    if ratio <= 1.0:  # pass/fail values: exactly 1
+        return 1.0
     df = min(n - 1.0, ss * ss / math.fsum(e**4 for e in residuals))
     p = 0.5 + confidence / 2.0
     shrink = (NormalDist().inv_cdf(p) / t_ppf(p, df)) ** 2
-    return max(1.0, pass_fail_variance / (ss / n) * shrink)
+    return max(1.0, ratio * shrink)
 
 
 def paired_test(
