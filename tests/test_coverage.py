@@ -71,14 +71,14 @@ def _suite(
 
 
 def _sims(tasks: int, rate: float, kinds: tuple[str, ...]) -> int:
-    """Suites per cell: 400; 600 where coverage sits at the nominal 95% (100+ tasks, pass/fail), so
-    Monte Carlo noise (SD 0.009) cannot take a correct interval below 93%; 300 for 100+ tasks with
+    """Suites per cell: 400; 500 where coverage sits at the nominal 95% (100+ tasks, pass/fail), so
+    Monte Carlo noise (SD 0.009) cannot take a correct interval below 93%; 200 for 100+ tasks with
     fractional rewards (>= 0.97, the pass/fail variance bound is conservative); a few at rate 1.0,
     where every reward is 1 and nothing is random."""
     if rate >= 1.0:
         return 24
     if tasks >= 100:
-        return 600 if kinds == ("binary",) else 300
+        return 500 if kinds == ("binary",) else 200
     return SIMS
 
 
@@ -123,7 +123,7 @@ def _paired_run(
     return baseline, current
 
 
-PAIRED_TASKS = (2, 5, 10, 20, 60)
+PAIRED_TASKS = (2, 5, 10, 20, 50)
 PAIRED_RATES = (0.5, 0.9, 0.99)
 PAIRED_SIMS = 300
 DROP = 0.2
