@@ -33,8 +33,10 @@ def test_t_ppf_matches_tables(df: int, expected: float) -> None:
 
 def test_t_ppf_against_scipy_for_fractional_df() -> None:
     stats = pytest.importorskip("scipy.stats")
-    for df, p in itertools.product([1.0, 1.37, 2.5, 7.9, 42.0, 1e4], [0.6, 0.9, 0.975, 0.995]):
-        assert t_ppf(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9)
+    # Both sides of df 8 (beta inversion below, expansion + Newton above) and of df 1000 (expansion only).
+    dfs = [0.5, 1.0, 1.37, 2.5, 7.99, 8.0, 42.0, 999.0, 1e3, 1e4, 1e9]
+    for df, p in itertools.product(dfs, [0.5000001, 0.6, 0.9, 0.975, 0.995, 1 - 1e-9]):
+        assert t_ppf(p, df) == pytest.approx(stats.t.ppf(p, df), rel=1e-9), (df, p)
 
 
 def test_beta_ppf_against_scipy() -> None:
