@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from statistics import NormalDist
 
 CONFIDENCE = 0.95
@@ -211,9 +212,10 @@ def _task_totals(groups: Sequence[Sequence[float]]) -> tuple[list[int], list[flo
     measured = [g for g in groups if len(g) > 0]
     if not measured:
         raise ValueError("no rewards: an interval needs at least one task with at least one trial")
+    flat = list(chain.from_iterable(measured))
     try:
-        sums = [math.fsum(g) for g in measured]
-        valid = not any(map(math.isnan, sums)) and min(map(min, measured)) >= 0.0 and max(map(max, measured)) <= 1.0
+        sums = list(map(math.fsum, measured))  # a NaN makes its sum NaN
+        valid = min(flat) >= 0.0 and max(flat) <= 1.0 and not any(map(math.isnan, sums))
     except ValueError:  # fsum of inf and -inf
         valid = False
     if not valid:
