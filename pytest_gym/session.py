@@ -296,8 +296,22 @@ class GymSession:
         item.user_properties.extend(outcome.to_properties())
         if not outcome.ok:
             state.errors.add()
+            if self.settings.policy == "replay":
+                outcome.error = f"{outcome.error}{self._replay_miss(outcome, spec)}"
             raise_fault(outcome)
         return outcome
+
+    def _replay_miss(self, outcome: TrialOutcome, spec: TrialSpec) -> str:
+        """Why a replayed trial had no recording (Gym reports only that its model call failed)."""
+        from pytest_gym.core.dataset import DatasetError
+        from pytest_gym.gym.cassette import misses_for_row, read_misses
+
+        try:
+            row = outcome.request or spec.task.load_row()
+            misses = misses_for_row(read_misses(self.run.run_dir), row)
+        except (OSError, ValueError, DatasetError):
+            return ""
+        return f"\n{misses[0].message}" if misses else ""
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
