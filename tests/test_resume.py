@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from conftest import EXAMPLE, start_mode
+from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
 from pytest_gym.runfolder.runinfo import RUN_INFO_FILE, load_reusable, write_run_info
@@ -52,3 +60,127 @@ def test_missing_pieces_are_explained(tmp_path: Path) -> None:
 
 def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
     assert len(read_jsonl(earlier_run(tmp_path) / ROLLOUTS_FILE)) == 2
+
+
+# -- a run whose every selected trial is reused starts no Gym --------------------------------------------------
+#
+# The earlier run folder is written here as a finished run would leave it (run info with the same rollout
+# settings, one record per trial), so these run without Gym; tests/test_resume_gym.py resumes real runs.
+
+AGENT = "mcqa_simple_agent"
+PASS = ("--gym-min-reward", "0.5")  # every reward the earlier run recorded passes
+
+
+def finished_run(run_dir: Path, dataset: Path, settings: GymSettings, repeats: int) -> list[float]:
+    """A finished run of ``dataset`` with ``settings``; returns the rewards in file order (all >= 0.5)."""
+    run_dir.mkdir(parents=True)
+    write_run_info(run_dir, settings)
+    rewards = []
+    with (run_dir / ROLLOUTS_FILE).open("w") as fh:
+        for index, line in enumerate(dataset.read_text().splitlines()):
+            row = json.loads(line)
+            for repeat in range(repeats):
+                reward = 1.0 if (index + repeat) % 2 else 0.5  # not what Gym's mcqa returns: reused, not rerun
+                rewards.append(reward)
+                record = {**row, "reward": reward, "_ng_task_index": index, "_ng_rollout_index": repeat}
+                fh.write(json.dumps({**record, "_pytest_gym_task_hash": task_hash(row)}) + "\n")
+    return rewards
+
+
+@pytest.fixture
+def dataset(pytester: pytest.Pytester) -> Path:
+    path = pytester.path / "example.jsonl"
+    shutil.copy(EXAMPLE, path)
+    pytester.makeini("[pytest]\n")
+    return path
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, list[int]]]:
+    """A URL on 127.0.0.1 that counts the connections made to it (and answers none)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    contacts: list[int] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            contacts.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", contacts
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
+
+
+def reused_rewards(pytester: pytest.Pytester, run_dir: str) -> list[float]:
+    records = read_jsonl(pytester.path / run_dir / ROLLOUTS_FILE)
+    return [r["reward"] for r in sorted(records, key=lambda r: (r["_ng_task_index"], r["_ng_rollout_index"]))]
+
+
+def recording_gym(where: Path) -> tuple[Path, Path]:
+    """A ``gym`` command (in a venv-shaped folder, for --gym-server-venv auto) that records each call and fails."""
+    venv = where / "fake-venv"
+    (venv / "lib" / "python3.13" / "site-packages").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    called = where / "gym-called"
+    fake_gym = venv / "bin" / "gym"
+    fake_gym.write_text(f'#!/bin/sh\necho "$@" >> {called}\nexit 1\n')
+    fake_gym.chmod(0o755)
+    return fake_gym, called
+
+
+XDIST = pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+
+
+@XDIST
+def test_all_reused_in_attach_mode_never_contacts_gym(
+    pytester: pytest.Pytester, dataset: Path, listener: tuple[str, list[int]], xdist: tuple[str, ...]
+) -> None:
+    if xdist:
+        pytest.importorskip("xdist")
+    url, contacts = listener
+    rewards = finished_run(pytester.path / "run1", dataset, GymSettings(agent=AGENT), repeats=2)
+    args = ("--gym-url", url, "--gym-agent", AGENT, "--gym-dataset", "example.jsonl", "--gym-repeats", "2", *PASS)
+    result = pytester.runpytest(*args, "--gym-resume", "run1", "--gym-run-dir", "run2", *xdist)
+    result.assert_outcomes(passed=10)
+    result.stdout.fnmatch_lines(["note: resume: 10 finished trials available from */run1"])
+    assert contacts == [], "a run that reused every trial contacted Gym"
+    assert reused_rewards(pytester, "run2") == rewards
+
+
+@XDIST
+def test_all_reused_in_start_mode_never_starts_gym(
+    pytester: pytest.Pytester, dataset: Path, xdist: tuple[str, ...]
+) -> None:
+    if xdist:
+        pytest.importorskip("xdist")
+    fake_gym, called = recording_gym(pytester.path)
+    settings = GymSettings(agent=AGENT, resources_server="mcqa", policy="scripted", policy_answer="\\boxed{E}")
+    rewards = finished_run(pytester.path / "run1", dataset, settings, repeats=1)
+    result = pytester.runpytest(*start_mode(str(fake_gym), "--gym-resume", "run1", *PASS), *xdist)
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["note: resume: 5 finished trials available from */run1"])
+    assert not called.exists(), f"the gym command was run: {called.read_text()}"
+    assert reused_rewards(pytester, "run") == rewards
+
+
+def test_one_trial_not_reused_does_start_gym(pytester: pytest.Pytester, dataset: Path) -> None:
+    """The check above can fail: with one more repeat than the earlier run had, the gym command is run."""
+    fake_gym, called = recording_gym(pytester.path)
+    settings = GymSettings(agent=AGENT, resources_server="mcqa", policy="scripted", policy_answer="\\boxed{E}")
+    finished_run(pytester.path / "run1", dataset, settings, repeats=1)
+    result = pytester.runpytest(*start_mode(str(fake_gym), "--gym-resume", "run1", "--gym-repeats", "2", *PASS))
+    result.assert_outcomes(passed=5, errors=5)
+    assert called.exists()
