@@ -1,7 +1,9 @@
-"""Which earlier trials --gym-resume may reuse, and why not when it may not."""
+"""Which earlier trials --gym-resume may reuse, and why not when it may not; a run that reuses every trial
+starts and contacts no Gym; the resume note reaches the summary also under -n 2."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 import socket
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXAMPLE, start_mode
+from conftest import EXAMPLE, EXAMPLE_ANSWERS, RealGym, attach, start_mode
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
@@ -184,3 +186,53 @@ def test_one_trial_not_reused_does_start_gym(pytester: pytest.Pytester, dataset:
     result = pytester.runpytest(*start_mode(str(fake_gym), "--gym-resume", "run1", "--gym-repeats", "2", *PASS))
     result.assert_outcomes(passed=5, errors=5)
     assert called.exists()
+
+
+# -- against a real Gym: the note under -n 2, and resuming a real finished run ----------------------------------
+
+
+@pytest.mark.gym
+@XDIST
+def test_the_resume_note_reaches_the_summary_and_its_json(
+    pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
+) -> None:
+    """Under -n 2 only the workers read the earlier run: their note travels back to the controller."""
+    pytester.runpytest(*attach(gym, "--gym-run-dir", "run1")).assert_outcomes(passed=2, failed=3)
+    gym.script(reset_stats=True)
+    again = pytester.runpytest(
+        *attach(gym, "--gym-repeats", "2", "--gym-resume", "run1", "--gym-run-dir", "run2"), *xdist
+    )
+    again.assert_outcomes(passed=4, failed=6)
+    assert gym.policy_calls() == 5  # the 5 second repeats; the first ones were reused
+    shown = [line.removeprefix("note: ") for line in again.stdout.lines if line.startswith("note: resume:")]
+    assert len(shown) == 1, again.stdout.str()
+    assert fnmatch.fnmatch(shown[0], "resume: 5 finished trials available from */run1")
+    notes = json.loads((pytester.path / "run2" / "pytest_gym_summary.json").read_text())["notes"]
+    assert [note for note in notes if note.startswith("resume:")] == shown
+
+
+@pytest.mark.gym
+@XDIST
+def test_resuming_a_finished_run_contacts_no_gym(
+    pytester: pytest.Pytester,
+    example: Path,
+    gym: RealGym,
+    listener: tuple[str, list[int]],
+    xdist: tuple[str, ...],
+) -> None:
+    rows = zip(EXAMPLE.read_text().splitlines(), EXAMPLE_ANSWERS, strict=True)
+    right = [line for line, answer in rows if answer == "E"]  # what the scripted policy answers
+    (pytester.path / "right.jsonl").write_text("".join(line + "\n" for line in right))
+    first = pytester.runpytest(*attach(gym, "--gym-repeats", "2", "--gym-run-dir", "run1", dataset="right.jsonl"))
+    first.assert_outcomes(passed=4)
+    gym.script(reset_stats=True)
+    url, contacts = listener
+    again = pytester.runpytest(
+        *("--gym-url", url, "--gym-agent", AGENT, "--gym-dataset", "right.jsonl", "--gym-repeats", "2"),
+        *("--gym-resume", "run1", "--gym-run-dir", "run2", "--junitxml", "r.xml", *xdist),
+    )
+    again.assert_outcomes(passed=4)
+    assert contacts == [], "resuming a finished run contacted the --gym-url head"
+    assert gym.policy_calls() == 0
+    assert reused_rewards(pytester, "run2") == reused_rewards(pytester, "run1") == [1.0] * 4
+    assert (pytester.path / "r.xml").read_text().count("[[PROPERTY|gym_reused=True]]") == 4
