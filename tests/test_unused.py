@@ -2,7 +2,7 @@
 
 A pytest run with no dataset, no suite file and no gym option only registers the options. Checked in a
 subprocess (a fresh interpreter, as a user's run has), from inside the run itself: a conftest records
-every loaded module of each process (with ``-n 2`` the controller and both workers) at its very end.
+every loaded module of each process (with ``-n 2`` the controller and both workers) at its end.
 """
 
 from __future__ import annotations
@@ -28,13 +28,22 @@ CHEAP = {
 #: Third-party packages only a used plugin needs (the roots of their module names).
 HEAVY = {"pydantic", "pydantic_core", "yaml", "omegaconf", "junitparser", "mlflow", "httpx"}
 
+# At sessionfinish too: an xdist worker may be ended before its unconfigure once the controller has its results.
 RECORDER = """
 import json, os, sys
 
-def pytest_unconfigure(config):
+def record(config):
     who = getattr(config, "workerinput", {}).get("workerid", "controller")
-    with open(os.path.join(os.environ["LOADED_DIR"], who + ".json"), "w") as fh:
+    path = os.path.join(os.environ["LOADED_DIR"], who + ".json")
+    with open(path + ".tmp", "w") as fh:
         json.dump(sorted(sys.modules), fh)
+    os.replace(path + ".tmp", path)  # whole or not at all, should the process end meanwhile
+
+def pytest_sessionfinish(session):
+    record(session.config)
+
+def pytest_unconfigure(config):
+    record(config)
 """
 
 
