@@ -14,6 +14,7 @@ each worker runs trials; workers send their notes back through ``workeroutput``
 from __future__ import annotations
 
 import concurrent.futures
+import fnmatch
 import shutil
 import signal
 import threading
@@ -209,7 +210,8 @@ class GymSession:
             config.args[:] = datasets
             return
         known = {str(Path(arg).resolve()) for arg in config.args}
-        config.args.extend(d for d in datasets if d not in known)
+        norecurse = config.getini("norecursedirs")
+        config.args.extend(d for d in datasets if d not in known and not _in_a_searched_dir(d, config.args, norecurse))
 
     def _suite_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
         """How the owner finds a suite's settings and gates (it may not have collected: xdist)."""
@@ -472,6 +474,19 @@ class GymSession:
         if self._sigterm_installed and signal.getsignal(signal.SIGTERM) is _terminate:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         self._stop_gym()
+
+
+def _in_a_searched_dir(dataset: str, args: Sequence[str], norecurse: Sequence[str]) -> bool:
+    """Whether a directory on the command line collects ``dataset`` anyway. Naming it as well would make pytest 8
+    collect nothing else from that directory (pytest-dev/pytest#12083: ``pytest . data/x.jsonl`` runs only x)."""
+    path = Path(dataset).resolve()
+    for arg in args:
+        base = Path(arg.split("::")[0]).resolve()
+        if base.is_dir() and path.is_relative_to(base):
+            between = path.relative_to(base).parts[:-1]
+            if not any(fnmatch.fnmatch(part, pattern) for part in between for pattern in norecurse):
+                return True
+    return False
 
 
 def _export_pairs(returned: Any) -> list[tuple[str, ExportResult]]:

@@ -22,7 +22,7 @@ from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import acquire, discover, read_state, release
+from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.server import GymServer
 from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
 from pytest_gym.runfolder.rollouts import (
@@ -38,7 +38,7 @@ from pytest_gym.runfolder.runinfo import write_run_info
 if TYPE_CHECKING:
     from pytest_gym.rollout.dispatcher import Dispatcher
 
-#: In attach mode, the servers a worker discovered, so that the controller need not ask Gym again.
+#: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
 ATTACHED_FILE = "attached.json"
 
 
@@ -122,7 +122,7 @@ class GymRun:
         target = self.run_dir / ATTACHED_FILE
         if target.exists():
             return
-        with contextlib.suppress(OSError):  # only a cache for the controller: it can discover again
+        with contextlib.suppress(OSError):  # without it the controller skips Gym's aggregate metrics
             write_atomically(target, json.dumps(endpoint.to_json()).encode(), fsync=False)
 
     def stop_dispatch(self) -> None:
@@ -145,10 +145,12 @@ class GymRun:
         if self.server is not None:
             return self.server.endpoint
         if self.settings.url:
+            # Recorded by the xdist workers that reached Gym. None did (every trial was reused from --gym-resume):
+            # then this run does not contact Gym at all, as in start mode, where no deployment state means none.
             try:
                 return GymEndpoint.from_json(json.loads((self.run_dir / ATTACHED_FILE).read_text(encoding="utf-8")))
             except (OSError, ValueError, KeyError, TypeError):
-                return discover(self.settings.url)
+                return None
         state = read_state(self.run_dir) or {}
         return GymEndpoint.from_json(state["endpoint"]) if "endpoint" in state else None
 
