@@ -272,6 +272,7 @@ def start_deployment(settings: GymSettings, run_dir: Path) -> tuple[GymEndpoint,
             endpoint.servers.append(
                 ServerInstance("scripted_policy", "pytest_gym_policy", "scripted", policy_url, policy_proc.pid)
             )
+        endpoint.mark_local()  # started here: its pids are this machine's; record their start times
         return endpoint, started
     except BaseException:
         stop_started(started, settings.shutdown_grace, gym_proc, policy_proc)
