@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import socket
 
 from pytest_gym.core.endpoint import GymEndpoint
@@ -140,7 +141,7 @@ class Health:
             return "unreachable", f"cannot resolve its host: {exc.strerror}"
         except OSError as exc:
             if exc.errno in _UNREACHABLE:
-                return "unreachable", (exc.strerror or type(exc).__name__).lower()
+                return "unreachable", os.strerror(exc.errno).lower()
             if exc.errno is None and f"[Errno {errno.ECONNREFUSED}]" in str(exc):  # each of its addresses refused
                 return "unreachable", "connection refused"
             return "failing", f"{type(exc).__name__}: {exc}"
