@@ -182,9 +182,7 @@ def test_a_refused_connection_is_an_os_error() -> None:
 # -- the dispatcher's faults over this client ------------------------------------------------------
 
 
-def run_one(
-    url: str, tmp_path: Path, row: dict[str, Any] | None = None, timeout: float = 10, retries: int = 0
-) -> Any:
+def run_one(url: str, tmp_path: Path, row: dict[str, Any] | None = None, timeout: float = 10, retries: int = 0) -> Any:
     data = tmp_path / "d.jsonl"
     data.write_text('{"responses_create_params": {}}\n')
     task = Task(path=data, line=1, offset=0, hash="ab" * 32, row_override=row)

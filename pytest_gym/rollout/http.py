@@ -122,7 +122,14 @@ def run_blocking(coro: Coroutine[Any, Any, _T]) -> _T:
         try:
             return loop.run_until_complete(coro)
         finally:
-            loop.close()
+            try:  # interrupted (Ctrl-C): end what is left, so that its connection closes now
+                left = asyncio.all_tasks(loop)
+                for task in left:
+                    task.cancel()
+                if left:
+                    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            finally:
+                loop.close()
     import concurrent.futures
 
     def elsewhere() -> _T:
@@ -213,13 +220,12 @@ class HTTPPool:
         body: bytes | None = None,
         max_body: int = FETCH_MAX_BODY,
         headers: Mapping[str, str] | None = None,
-        content_type: str = "application/json",
     ) -> Response:
         """One request; the answer. Sent again once on a fresh connection when a reused one turns out closed."""
         target = self._target(url)
         key = (target.host, target.port, target.tls)
         extra = self._extra + header_lines(headers) if headers else self._extra
-        framing = "" if body is None else f"Content-Type: {content_type}\r\nContent-Length: {len(body)}\r\n"
+        framing = "" if body is None else f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         head = (
             f"{method} {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nAccept: application/json\r\n"
             f"{framing}{extra}\r\n"
