@@ -402,6 +402,7 @@ def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None
             # Watched like Gym's own servers: a dead policy fails the remaining trials at once.
             name = "scripted_policy" if settings.policy == "scripted" else f"model_{settings.policy}er"
             endpoint.servers.append(ServerInstance(name, "pytest_gym_policy", settings.policy, policy_url, policy.pid))
+        endpoint.mark_local()  # started here: its pids are this machine's; record their start times
         return endpoint, started
     except BaseException:
         stop_started(started, settings.shutdown_grace)

@@ -24,7 +24,7 @@ from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.server import GymServer
-from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
+from pytest_gym.rollout.claims import BOARD_DIR, BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
 from pytest_gym.runfolder.rollouts import (
     ROLLOUTS_FILE,
     RunFolderWriter,
@@ -88,11 +88,6 @@ class GymRun:
                 self._record_attached(endpoint)
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
             self.server = GymServer(endpoint, self.settings, default_agent)
-            # Workers share the trials through claim files in the run folder; alone, all stays in memory.
-            board = ClaimBoard(self.run_dir / BOARD_DIR) if self.worker is not None else None
-            # More workers than slots: each worker has one, and C lock files keep the whole run within C.
-            shared = self.worker is not None and self.worker[1] > self.settings.concurrency
-            global_slots = GlobalSlots(self.run_dir / BOARD_DIR, self.settings.concurrency) if shared else None
             from pytest_gym.rollout.dispatcher import Dispatcher
 
             self.dispatcher = Dispatcher(
@@ -101,8 +96,7 @@ class GymRun:
                 trial_timeout=self.settings.trial_timeout,
                 default_agent=default_agent,
                 lookahead=max(64, 4 * self.settings.concurrency),
-                board=board,
-                global_slots=global_slots,
+                claims=self._claims(),
                 retries=self.settings.retries,
                 skip=skip,
             )
@@ -110,6 +104,15 @@ class GymRun:
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
+
+    def _claims(self) -> Claims:
+        """How this process shares the trials: alone, all in memory; xdist workers, through claim files."""
+        if self.worker is None:
+            return LocalClaims()
+        # More workers than slots: each worker has one, and C lock files keep the whole run within C.
+        shared = self.worker[1] > self.settings.concurrency
+        global_slots = GlobalSlots(self.run_dir / BOARD_DIR, self.settings.concurrency) if shared else None
+        return BoardClaims(ClaimBoard(self.run_dir / BOARD_DIR), global_slots)
 
     def open_writer(self) -> RunFolderWriter:
         """The run folder's writer of this process (the run info is written with it)."""
