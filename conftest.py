@@ -17,6 +17,12 @@ from typing import Any
 import httpx
 import pytest
 
+# pytester's in-process runs restore sys.modules afterwards, dropping what the plugin imported lazily.
+# PyYAML's C loader (yaml._yaml, used by OmegaConf) cannot be re-imported: it keeps the node classes of
+# the first import, so a fresh yaml then fails with "could not determine a constructor for the tag None"
+# (tests/test_suitefile.py run alone). Imported here, yaml is in pytester's snapshot and kept.
+import yaml  # noqa: F401
+
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import start_deployment, stop_started
@@ -126,3 +132,15 @@ def gym(real_gym: RealGym) -> Iterator[RealGym]:
     real_gym.reset()
     yield real_gym
     real_gym.reset()
+
+
+@pytest.fixture(autouse=True)
+def _inner_runs_in_file_order(request: pytest.FixtureRequest) -> None:
+    """Runs made with pytester keep pytest's order even where pytest-randomly is installed (it loads in them too).
+
+    The outer run may be shuffled (that finds tests that lean on each other); the inner runs are a user's
+    runs whose output the tests read line by line. pytester clears PYTEST_ADDOPTS, so set it after it.
+    """
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", "-p no:randomly")

@@ -38,6 +38,7 @@ import contextlib
 import copy
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -68,25 +69,36 @@ TARGETS = [
     ("L=100ms C=32", "pytest -n 2", 1.40),
     ("L=0ms C=1", "pytest", 1.30),
 ]
+#: Targets of issue 9, with half of the trials failing: (case, method, max ratio to bare client + pytest floor).
+FLOOR_TARGETS = [
+    ("L=100ms C=32", "pytest", 1.08),
+    ("L=100ms C=32", "pytest -n 2", 1.15),
+]
 COLLECT_TARGET = 1.5
 
 
 # -- data ------------------------------------------------------------------------------------------
 
 
-def iter_mcqa_rows(count: int) -> Iterator[dict[str, Any]]:
-    """``count`` distinct mcqa rows: the bundled five, each question tagged with a variant number."""
+def iter_mcqa_rows(count: int, half_fail: bool = False) -> Iterator[dict[str, Any]]:
+    """``count`` distinct mcqa rows: the bundled five, each question tagged with a variant number.
+
+    ``half_fail``: every other row expects E (the scripted policy's answer) and the rest B, so exactly
+    half of the trials fail, as in a real eval whose failures pytest must report.
+    """
     base = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines() if line.strip()]
     for i in range(count):
         row = copy.deepcopy(base[i % len(base)])
+        if half_fail:
+            row["expected_answer"] = "E" if i % 2 == 0 else "B"
         message = row["responses_create_params"]["input"][0]
         message["content"] = message["content"].replace("step-by-step.", f"step-by-step (variant {i}).", 1)
         row["uuid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"pytest-gym-benchmark/{i}"))
         yield row
 
 
-def mcqa_rows(count: int) -> list[dict[str, Any]]:
-    return list(iter_mcqa_rows(count))
+def mcqa_rows(count: int, half_fail: bool = False) -> list[dict[str, Any]]:
+    return list(iter_mcqa_rows(count, half_fail))
 
 
 def write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> Path:
@@ -132,6 +144,8 @@ class Measurement:
     ok: bool
     detail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: CPU seconds of the measured process and its children (None for the in-process bare client).
+    cpu_s: float | None = None
 
 
 async def _bare(url: str, bodies: Sequence[dict[str, Any]], concurrency: int) -> int:
@@ -168,10 +182,14 @@ class ProcessResult:
     cpu_s: float = 0.0
 
 
-def run_process(args: Sequence[str], cwd: Path, timeout: float = RUN_TIMEOUT_S) -> ProcessResult:
+def run_process(
+    args: Sequence[str], cwd: Path, timeout: float = RUN_TIMEOUT_S, pythonpath: Path | None = None
+) -> ProcessResult:
     """Run a command as its own process group; wall time, exit code, peak RSS (its own, from wait4)."""
     log = cwd / f"output-{time.monotonic_ns()}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     env.pop("PYTEST_ADDOPTS", None)
     # A normal Python caches bytecode. With PYTHONDONTWRITEBYTECODE (set in some sandboxes) pytest cannot
     # cache its assertion-rewritten plugin modules and parses and rewrites them in every process, about
@@ -255,7 +273,9 @@ def run_pytest(
     concurrency: int,
     work: Path,
     extra: Sequence[str] = (),
+    source: Path | None = None,
 ) -> tuple[float, str, bool]:
+    """pytest-gym as a whole process; ``source``: run the plugin from that source tree (an earlier version)."""
     work.mkdir(parents=True)
     (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     run_dir = work / "run"
@@ -263,14 +283,39 @@ def run_pytest(
         *pytest_args(options),
         "--gym-url", url, "--gym-agent", AGENT, f"--gym-dataset={rows_path}",
         "--gym-repeats", str(repeats), "--gym-concurrency", str(concurrency), f"--gym-run-dir={run_dir}",
-        *([] if options.with_failures else ["--gym-min-reward", "0"]),
+        *([] if failing(options) else ["--gym-min-reward", "0"]),
         *extra,
     ]  # fmt: skip
-    result = run_process(args, work)
+    result = run_process(args, work, pythonpath=source)
     records = count_lines(run_dir / "rollouts.jsonl")
-    ok = result.returncode in ((0, 1) if options.with_failures else (0,))
+    ok = result.returncode in ((0, 1) if failing(options) else (0,))
     detail = f"cpu {result.cpu_s:.2f} s, exit {result.returncode}, {records} rollouts, {last_line(result.output)}"
     return result.seconds, detail, ok
+
+
+def failing(options: argparse.Namespace) -> bool:
+    return bool(options.with_failures or options.half_fail)
+
+
+def run_floor(
+    options: argparse.Namespace, trials: int, work: Path, extra: Sequence[str] = ()
+) -> tuple[float, str, bool]:
+    """pytest's own floor: as many plain parametrized tests as trials, failing the same ones with a message
+    of the same kind. Nothing of pytest-gym runs (``-p no:gym``)."""
+    work.mkdir(parents=True)
+    (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
+    (work / "test_floor.py").write_text(
+        "import pytest\n\n\n"
+        f"@pytest.mark.parametrize('i', range({trials}))\n"
+        "def test_trial(i):\n"
+        f"    if {failing(options)} and (i // {options.repeats}) % 2:\n"
+        "        pytest.fail(f'reward 0.0 < min_reward 1.0 for task {i:012x} (rows.jsonl:{i}, repeat 0)\\n'\n"
+        "                    \"  expected_answer: 'B'\\n  extracted_answer: 'E'\", pytrace=False)\n",
+        encoding="utf-8",
+    )
+    result = run_process([*pytest_args(options), "-p", "no:gym", *extra, "test_floor.py"], work)
+    ok = result.returncode in ((0, 1) if failing(options) else (0,))
+    return result.seconds, f"cpu {result.cpu_s:.2f} s, exit {result.returncode}, {last_line(result.output)}", ok
 
 
 # -- the benchmark ---------------------------------------------------------------------------------
@@ -289,6 +334,8 @@ class Case:
 def measure(
     policy: Policy, expected_calls: int, method: str, run: Callable[[], tuple[float, str, bool]]
 ) -> Measurement:
+    if method.startswith("floor"):
+        expected_calls = 0
     policy.set(reset_stats=True)
     started = time.time()
     seconds, detail, ok = run()
@@ -302,7 +349,10 @@ def measure(
     if stats.get("first_call") and stats.get("last_call"):
         # Wall time before the first model call (start-up, collection) and between first and last call.
         phases = {"before_first_call": stats["first_call"] - started, "calls": stats["last_call"] - stats["first_call"]}
-    measurement = Measurement(method, seconds, calls, peak, ok, detail, phases)
+    cpu = re.match(r"cpu (\d+\.\d+) s", detail)
+    measurement = Measurement(
+        method, seconds, calls, peak, ok, detail, phases, float(cpu.group(1)) if cpu and method != "bare" else None
+    )
     shown = (
         f"first call after {phases['before_first_call']:5.2f} s, calls span {phases['calls']:5.2f} s" if phases else ""
     )
@@ -314,7 +364,7 @@ def measure(
 
 
 def throughput(options: argparse.Namespace, endpoint: GymEndpoint, policy: Policy, work: Path) -> dict[str, Any]:
-    rows = mcqa_rows(options.rows)
+    rows = mcqa_rows(options.rows, options.half_fail)
     rows_path = write_jsonl(work / "rows.jsonl", rows)
     bodies = materialize(rows, options.repeats)
     trials = len(bodies)
@@ -324,7 +374,9 @@ def throughput(options: argparse.Namespace, endpoint: GymEndpoint, policy: Polic
         Case(0, 1),
         Case(0, 32),
     ]
-    methods = set(options.method or ["bare", "gym eval run", "pytest", "pytest -n 2"]) | {"bare"}
+    methods = set(options.method or ["bare", "gym eval run", "pytest", "pytest -n 2", "floor"]) | {"bare"}
+    if options.before:
+        methods |= {"pytest (before)", "pytest -n 2 (before)"}
     print(f"\n== throughput: {options.rows} rows x {options.repeats} repeats = {trials} trials per method ==")
     # Warm Gym up (first calls pay for connection set-up and lazy imports in its servers), and let each tool
     # write its bytecode caches once, as any second run on a machine finds them.
@@ -355,7 +407,16 @@ def throughput(options: argparse.Namespace, endpoint: GymEndpoint, policy: Polic
                 "pytest -n 2": partial(
                     run_pytest, options, url, rows_path, reps, c, work / f"pytest-n2-{tag}", ["-n", "2"]
                 ),
-            }
+                "floor": partial(run_floor, options, trials, work / f"floor-{tag}"),
+                "pytest (before)": partial(
+                    run_pytest, options, url, rows_path, reps, c, work / f"pytest-before-{tag}", (), options.before
+                ),
+                "pytest -n 2 (before)": partial(
+                    run_pytest, options, url, rows_path, reps, c, work / f"pytest-n2-before-{tag}", ["-n", "2"],
+                    options.before,
+                ),
+            }  # fmt: skip
+            # Interleaved: every round runs every method once, so a slow minute of the machine hits all of them.
             for method, run in runners.items():
                 if method in methods:
                     runs[case.label].setdefault(method, []).append(measure(policy, trials, method, run))
@@ -405,7 +466,7 @@ def collection(options: argparse.Namespace, work: Path) -> dict[str, Any]:
     return results
 
 
-def report(throughput_results: dict[str, Any], collect_results: dict[str, Any], quick: bool) -> bool:
+def report(throughput_results: dict[str, Any], collect_results: dict[str, Any], quick: bool, trials: int = 0) -> bool:
     """Print ratios and targets; True when every run was correct and (full size only) every target met."""
     runs_ok = all(m.ok for row in throughput_results.values() for m in row.values())
     runs_ok = runs_ok and all(entry["ok"] for entry in collect_results.values())
@@ -416,9 +477,34 @@ def report(throughput_results: dict[str, Any], collect_results: dict[str, Any], 
         parts = [f"{m.method} {m.seconds / bare:.2f}x" for m in row.values() if m.method != "bare"]
         print(f"  {label:<14} bare {bare:.2f} s | " + " | ".join(parts))
         all_ok = all_ok and all(m.ok for m in row.values())
+        floor = row.get("floor")
+        if floor is not None:
+            limit = bare + floor.seconds
+            parts = [
+                f"{m.method} {m.seconds / limit:.2f}x"
+                for m in row.values()
+                if m.method.startswith("pytest") or m.method == "gym eval run"
+            ]
+            print(f"  {'':<14} vs (bare + pytest floor {floor.seconds:.2f} s = {limit:.2f} s): " + " | ".join(parts))
+        if trials:
+            cpu = [
+                f"{m.method} {1000 * m.cpu_s / trials:.2f}"
+                for m in row.values()
+                if m.cpu_s is not None and (m.method.startswith("pytest") or m.method.startswith("floor"))
+            ]
+            print(f"  {'':<14} CPU ms per trial of the pytest process(es): " + " | ".join(cpu))
     print(
         "\n== targets ==" + (" (they are for the full size; --quick only checks that everything runs)" if quick else "")
     )
+    for label, method, limit in FLOOR_TARGETS:
+        row = throughput_results.get(label)
+        if row is None or method not in row or "floor" not in row:
+            continue
+        ratio = row[method].seconds / (row["bare"].seconds + row["floor"].seconds)
+        met = ratio <= limit and row[method].ok
+        all_ok = all_ok and met
+        verdict = "MET " if met else "MISS"
+        print(f"  {verdict} {label}: {method} {ratio:.2f}x (bare + pytest floor) (target <= {limit:.2f}x)")
     for label, method, limit in TARGETS:
         row = throughput_results.get(label)
         if row is None:
@@ -464,11 +550,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", choices=("throughput", "collect"), help="run one part only")
     parser.add_argument("--gym-cli", help="the gym executable (default: $PYTEST_GYM_CLI or .venvs/gym/bin/gym)")
     parser.add_argument("--with-failures", action="store_true", help="keep min reward 1: 60%% of trials fail")
+    parser.add_argument("--half-fail", action="store_true", help="half of the rows expect another answer: 50%% fail")
+    parser.add_argument(
+        "--before", type=Path, help="a source tree of an earlier pytest-gym: also measure it, interleaved"
+    )
     parser.add_argument("--keep-plugins", action="store_true", help="do not disable unrelated pytest plugins")
     parser.add_argument("--rounds", type=int, default=1, help="measure every case this often; report medians")
     parser.add_argument("--case", action="append", default=[], metavar="L:C", help="only this case (repeatable)")
     parser.add_argument(
-        "--method", action="append", choices=("gym eval run", "pytest", "pytest -n 2"), help="only this method"
+        "--method", action="append", choices=("gym eval run", "pytest", "pytest -n 2", "floor"), help="only this method"
     )
     parser.add_argument("--gym-url", help="attach to this running Gym instead of starting one (needs --policy-url)")
     parser.add_argument("--policy-url", help="the scripted policy of that Gym (http://127.0.0.1:PORT/v1)")
@@ -520,7 +610,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             throughput_results = throughput(options, endpoint, Policy(endpoint.policy_url), work)
         if options.only in (None, "collect"):
             collect_results = collection(options, work)
-        ok = report(throughput_results, collect_results, options.quick)
+        ok = report(throughput_results, collect_results, options.quick, options.rows * options.repeats)
         if options.json:
             data = {
                 "rows": options.rows,

@@ -14,6 +14,8 @@ each worker runs trials; workers send their notes back through ``workeroutput``
 from __future__ import annotations
 
 import concurrent.futures
+import fnmatch
+import shutil
 import signal
 import threading
 from collections.abc import Callable, Generator, Sequence
@@ -48,6 +50,8 @@ from pytest_gym.xdist_hooks import SESSION_PLUGIN, WORKER_OUTPUT, worker_queue, 
 
 T = TypeVar("T")
 SESSION_KEY = pytest.StashKey["GymSession"]()
+#: The HTML report in the run folder.
+REPORT_FILE = "report.html"
 #: Run-folder files handed to exporters (the ones that exist).
 ARTIFACTS = (
     "rollouts.jsonl",
@@ -55,6 +59,7 @@ ARTIFACTS = (
     "rollouts_materialized_inputs.jsonl",
     "rollouts_aggregate_metrics.json",
     SUMMARY_FILE,
+    REPORT_FILE,
     "gym_env.log",
     "policy.log",
 )
@@ -103,6 +108,8 @@ class GymSession:
         self.exports: list[tuple[str, ExportResult]] = []
         self.exporters: list[Exporter] = []
         self._setup_errors: dict[str, str] = {}
+        #: xdist controller: ask Gym for the aggregate metrics as soon as the last trial reported.
+        self.early_aggregate = False
         self._finished = False
         self._sigterm_installed = False
         if owner:
@@ -205,7 +212,8 @@ class GymSession:
             config.args[:] = datasets
             return
         known = {str(Path(arg).resolve()) for arg in config.args}
-        config.args.extend(d for d in datasets if d not in known)
+        norecurse = config.getini("norecursedirs")
+        config.args.extend(d for d in datasets if d not in known and not _in_a_searched_dir(d, config.args, norecurse))
 
     def _suite_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
         """How the owner finds a suite's settings and gates (it may not have collected: xdist)."""
@@ -292,8 +300,22 @@ class GymSession:
         item.user_properties.extend(outcome.to_properties())
         if not outcome.ok:
             state.errors.add()
+            if self.settings.policy == "replay":
+                outcome.error = f"{outcome.error}{self._replay_miss(outcome, spec)}"
             raise_fault(outcome)
         return outcome
+
+    def _replay_miss(self, outcome: TrialOutcome, spec: TrialSpec) -> str:
+        """Why a replayed trial had no recording (Gym reports only that its model call failed)."""
+        from pytest_gym.core.dataset import DatasetError
+        from pytest_gym.gym.cassette import misses_for_row, read_misses
+
+        try:
+            row = outcome.request or spec.task.load_row()
+            misses = misses_for_row(read_misses(self.run.run_dir), row)
+        except (OSError, ValueError, DatasetError):
+            return ""
+        return f"\n{misses[0].message}" if misses else ""
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
@@ -317,6 +339,8 @@ class GymSession:
             outcome.error, outcome.error_class = setup_error, outcome.error_class or "setup"
         self.results.add(outcome, errored=setup_error is not None)
         self.progress.add(outcome)
+        if self.early_aggregate and self.progress.done == self.progress.total:
+            self.run.start_aggregate()
         self.config.hook.pytest_gym_trial_result(trial=outcome, result=outcome)
         self._maybe_print_progress()
 
@@ -404,6 +428,7 @@ class GymSession:
                 self.run.run_dir, {v.suite: v.metrics() for v in verdicts}, self.settings.summary, notes=self.notes
             ),
         )
+        self._write_html()
         failed = False
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
         for verdict in verdicts:
@@ -417,6 +442,18 @@ class GymSession:
                 failed = failed or report.failed
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _write_html(self) -> None:
+        """The run's HTML report (``report.html`` in the run folder, and at ``--gym-html``)."""
+        from pytest_gym.report.html import build_report
+
+        try:
+            page = build_report(self.run.run_dir, baseline=self.settings.baseline)
+            if self.settings.html:
+                Path(self.settings.html).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(page, self.settings.html)
+        except (OSError, ValueError) as exc:
+            self.add_note(f"the HTML report could not be written: {type(exc).__name__}: {exc}")
 
     def _collect_run_notes(self) -> None:
         for note in self.run.notes:
@@ -476,6 +513,19 @@ class GymSession:
         if self._sigterm_installed and signal.getsignal(signal.SIGTERM) is _terminate:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         self._stop_gym()
+
+
+def _in_a_searched_dir(dataset: str, args: Sequence[str], norecurse: Sequence[str]) -> bool:
+    """Whether a directory on the command line collects ``dataset`` anyway. Naming it as well would make pytest 8
+    collect nothing else from that directory (pytest-dev/pytest#12083: ``pytest . data/x.jsonl`` runs only x)."""
+    path = Path(dataset).resolve()
+    for arg in args:
+        base = Path(arg.split("::")[0]).resolve()
+        if base.is_dir() and path.is_relative_to(base):
+            between = path.relative_to(base).parts[:-1]
+            if not any(fnmatch.fnmatch(part, pattern) for part in between for pattern in norecurse):
+                return True
+    return False
 
 
 def _export_pairs(returned: Any) -> list[tuple[str, ExportResult]]:

@@ -31,10 +31,6 @@ WORKER_OUTPUT = "pytest_gym"
 SESSION_PLUGIN = "pytest-gym-session"
 
 
-class _Run(Protocol):
-    def start_aggregate(self) -> None: ...
-
-
 class _Progress(Protocol):
     total: int | None
 
@@ -42,8 +38,8 @@ class _Progress(Protocol):
 class Session(Protocol):
     """What these hooks use of ``pytest_gym.session.GymSession`` (which imports this module, not the reverse)."""
 
-    @property
-    def run(self) -> _Run: ...
+    early_aggregate: bool
+
     @property
     def run_dir(self) -> Path: ...
     @property
@@ -110,8 +106,7 @@ class XdistHooks:
     def __init__(self, config: pytest.Config, install: Callable[[Path], Session]) -> None:
         self.config = config
         self._install = install
-        self.trials: int | None = None  # on the controller: how many trials the workers collected
-        self.reported: set[str] = set()
+        self._counted = False
         self._reserved: Path | None = None
 
     def _session(self) -> Session | None:
@@ -150,27 +145,27 @@ class XdistHooks:
 
     @pytest.hookimpl
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
-        if self.trials is None:
-            self.trials = sum(1 for nodeid in ids if is_trial_nodeid(nodeid))
-            if self.trials:
-                gym = self._controller_session()
-                gym.progress.total = self.trials
+        """On the controller, which does not collect: the number of trials, from the first worker's ids.
+
+        Once that many trials reported, every rollout is in the run folder: the session then lets Gym
+        start on the aggregate metrics while the workers shut down (``early_aggregate``).
+        """
+        if self._counted:
+            return
+        self._counted = True
+        trials = sum(1 for nodeid in ids if is_trial_nodeid(nodeid))
+        if trials:
+            gym = self._controller_session()
+            gym.progress.total = trials
+            gym.early_aggregate = True
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """On the controller: once every trial reported, every rollout is in the run folder; let Gym start
-        on the aggregate metrics while the workers shut down."""
-        if hasattr(self.config, "workerinput") or not is_trial(report.user_properties):
+        """On the controller, a trial report before any session (workers found a suite file): start one."""
+        if hasattr(self.config, "workerinput") or self._session() is not None:
             return
-        gym = self._session()
-        if gym is None:  # the first trial report (workers found a suite file): start the session with it
-            gym = self._controller_session()
-            gym.pytest_runtest_logreport(report)
-        if not self.trials or report.when != "teardown":
-            return
-        self.reported.add(report.nodeid)
-        if len(self.reported) == self.trials:
-            gym.run.start_aggregate()
+        if is_trial(report.user_properties):
+            self._controller_session().pytest_runtest_logreport(report)
 
     @pytest.hookimpl
     def pytest_testnodedown(self, node: Any, error: object) -> None:

@@ -117,7 +117,7 @@ def test_rollout_record_is_gyms_answer_plus_the_collectors_stamps_in_its_order(t
 
     [raw] = lines(tmp_path / ROLLOUTS_FILE)
     record = json.loads(raw)
-    ours = ["_pytest_gym_nodeid", "_pytest_gym_task_hash", "_pytest_gym_attempts"]
+    ours = ["_pytest_gym_nodeid", "_pytest_gym_task_hash", "_pytest_gym_attempts", "_pytest_gym_latency_s"]
     assert list(record) == [*ANSWER, *STAMPS, *ours]
     assert record == {
         **ANSWER,
@@ -129,6 +129,7 @@ def test_rollout_record_is_gyms_answer_plus_the_collectors_stamps_in_its_order(t
         "_pytest_gym_nodeid": record["_pytest_gym_nodeid"],
         "_pytest_gym_task_hash": record["_pytest_gym_task_hash"],
         "_pytest_gym_attempts": 1,
+        "_pytest_gym_latency_s": 0.02,
     }
     # One compact line, the way orjson.dumps writes it, non-ASCII as UTF-8.
     assert raw == json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode()
@@ -165,6 +166,7 @@ def test_optional_request_stamps_follow_gyms_order(tmp_path: Path) -> None:
         "_pytest_gym_nodeid",
         "_pytest_gym_task_hash",
         "_pytest_gym_attempts",
+        "_pytest_gym_latency_s",
     ]
 
 
@@ -214,6 +216,7 @@ def test_failure_row_has_gyms_sidecar_keys(
         "_pytest_gym_nodeid": "data.jsonl::000000000003[r1]",
         "_pytest_gym_task_hash": "cd" * 32,
         "_pytest_gym_attempts": 3,
+        "_pytest_gym_latency_s": 0.0,
     }
     # The row was sent, so it is a materialized input like any other.
     assert read_jsonl(tmp_path / MATERIALIZED_FILE) == [request]

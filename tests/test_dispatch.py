@@ -26,7 +26,7 @@ from pytest_gym.core.dataset import read_tasks
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout import dispatcher as dispatch
-from pytest_gym.rollout.claims import ClaimBoard, GlobalSlots, alive, worker_share
+from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, GlobalSlots, alive, worker_share
 from pytest_gym.rollout.dispatcher import Dispatcher
 from pytest_gym.xdist_hooks import worker_slot
 
@@ -283,7 +283,7 @@ def test_two_workers_run_every_trial_once(fake: FakeRun, tmp_path: Path) -> None
     fake.delay = 0.02
     specs = make_specs(tmp_path, 10, repeats=3)
     board_dir = tmp_path / "board"
-    workers = [make_dispatcher(fake, concurrency=2, board=ClaimBoard(board_dir)) for _ in range(2)]
+    workers = [make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir))) for _ in range(2)]
     recorded: list[list[str]] = [[], []]
     for dispatcher, record in zip(workers, recorded, strict=True):
         dispatcher.listeners.append(lambda o, record=record: record.append(o.nodeid))
@@ -328,7 +328,7 @@ def test_more_workers_than_slots_stay_within_the_slots(fake: FakeRun, tmp_path: 
     specs = make_specs(tmp_path, 12)
     board_dir = tmp_path / "board"
     workers = [
-        make_dispatcher(fake, concurrency=1, board=ClaimBoard(board_dir), global_slots=GlobalSlots(board_dir, 2))
+        make_dispatcher(fake, concurrency=1, claims=BoardClaims(ClaimBoard(board_dir), GlobalSlots(board_dir, 2)))
         for _ in range(3)
     ]
     for dispatcher in workers:
@@ -348,7 +348,7 @@ def test_a_dead_workers_claim_is_taken_over(fake: FakeRun, tmp_path: Path) -> No
     specs = make_specs(tmp_path, 3)
     board_dir = tmp_path / "board"
     ClaimBoard(board_dir, pid=dead_pid()).claim(specs[1].nodeid)
-    dispatcher = make_dispatcher(fake, concurrency=2, board=ClaimBoard(board_dir))
+    dispatcher = make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir)))
     dispatcher.plan(specs)
     try:
         outcomes = [dispatcher.result(spec) for spec in specs]
@@ -366,7 +366,9 @@ def test_a_live_claimant_that_never_publishes_is_a_timeout_error(
     board_dir = tmp_path / "board"
     ClaimBoard(board_dir, pid=os.getppid()).claim(specs[0].nodeid)
     endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.url})
-    dispatcher = Dispatcher(endpoint, concurrency=1, trial_timeout=0.2, default_agent=None, board=ClaimBoard(board_dir))
+    dispatcher = Dispatcher(
+        endpoint, concurrency=1, trial_timeout=0.2, default_agent=None, claims=BoardClaims(ClaimBoard(board_dir))
+    )
     try:
         started = time.monotonic()
         outcome = dispatcher.result(specs[0])
@@ -383,7 +385,7 @@ def test_a_worker_drains_what_it_claimed_at_close(fake: FakeRun, tmp_path: Path)
     fake.delay = 0.3
     specs = make_specs(tmp_path, 4)
     board_dir = tmp_path / "board"
-    dispatcher = make_dispatcher(fake, concurrency=4, board=ClaimBoard(board_dir))
+    dispatcher = make_dispatcher(fake, concurrency=4, claims=BoardClaims(ClaimBoard(board_dir)))
     dispatcher.plan(specs)
     wait_for(lambda: len(fake.calls) == 4)
     dispatcher.close()
@@ -395,7 +397,7 @@ def test_a_stopped_worker_gives_its_claims_back(fake: FakeRun, tmp_path: Path) -
     fake.delay = 5.0
     specs = make_specs(tmp_path, 2)
     board_dir = tmp_path / "board"
-    dispatcher = make_dispatcher(fake, concurrency=2, board=ClaimBoard(board_dir))
+    dispatcher = make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir)))
     dispatcher.plan(specs)
     wait_for(lambda: len(fake.calls) == 2)
     dispatcher.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_gym.core.pids import pid_alive
+from pytest_gym.core.pids import pid_alive, process_start_time
 
 AGENT_TYPE = "responses_api_agents"
 ENVIRONMENT_TYPE = "environment_servers"
@@ -21,7 +21,10 @@ class ServerInstance:
     server_type: str
     name: str
     url: str
+    #: The pid Gym reports: this machine's only when the run started Gym (``GymEndpoint.local_pids``).
     pid: int | None = None
+    #: When that process started (``process_start_time``), recorded by the run that started it.
+    start_time: int | None = None
 
 
 @dataclass
@@ -33,6 +36,9 @@ class GymEndpoint:
     run_routes: dict[str, str]
     log_path: str | None = None
     policy_url: str | None = None
+    #: Whether the servers' pids are processes of this machine that this run started (start mode). An
+    #: attached Gym may run on another host or in a container: its pids mean nothing here.
+    local_pids: bool = False
 
     @property
     def agents(self) -> list[str]:
@@ -47,9 +53,18 @@ class GymEndpoint:
                 f"agent {agent!r} is not served by this Gym deployment; its agents: {', '.join(self.agents) or 'none'}"
             ) from None
 
+    def mark_local(self) -> None:
+        """The run started these processes here: their pids are local; record when each started."""
+        self.local_pids = True
+        for server in self.servers:
+            if server.pid:
+                server.start_time = process_start_time(int(server.pid))
+
     def dead_servers(self) -> list[ServerInstance]:
-        """Servers whose process is gone (pids are local: Gym runs on this machine in start mode)."""
-        return [server for server in self.servers if server.pid and not pid_alive(int(server.pid))]
+        """Servers whose process is gone (or whose pid now names another process); none unless pids are local."""
+        if not self.local_pids:
+            return []
+        return [s for s in self.servers if s.pid and not pid_alive(int(s.pid), s.start_time)]
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

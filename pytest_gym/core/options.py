@@ -71,8 +71,22 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "policy",
-        "built-in policy: 'scripted' starts a deterministic local model server (default none)",
-        choices=("none", "scripted"),
+        "built-in policy: 'scripted' starts a deterministic local model server; 'record' puts a recording "
+        "proxy in front of --gym-model-url (answers saved to cassette.jsonl in the run folder); 'replay' "
+        "serves the answers of --gym-cassette with no model at all (default none)",
+        choices=("none", "scripted", "record", "replay"),
+    ),
+    Spec(
+        "cassette",
+        "recorded model answers for --gym-policy replay: a cassette.jsonl or the run folder of a recording",
+        metavar="PATH",
+        is_path=True,
+    ),
+    Spec(
+        "replay_miss",
+        "a model call with no recording under --gym-policy replay: 'error' (the trial errors, naming the "
+        "differing request field) or 'passthrough' (sent to --gym-model-url and recorded) (default error)",
+        choices=("error", "passthrough"),
     ),
     Spec("policy_answer", "what the scripted policy answers (default \\boxed{A})", metavar="TEXT"),
     Spec("policy_latency_ms", "latency the scripted policy adds to each call, in ms (default 0)", "float", "MS"),
@@ -152,6 +166,12 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "summary",
         "write the run summary (suite metrics, gates, baseline) as JSON here as well",
+        metavar="PATH",
+        is_path=True,
+    ),
+    Spec(
+        "html",
+        "write the HTML report here as well (it is always written into the run folder as report.html)",
         metavar="PATH",
         is_path=True,
     ),

@@ -5,15 +5,43 @@ from __future__ import annotations
 import os
 
 
-def pid_alive(pid: int) -> bool:
-    """Alive and not a zombie: a killed child stays a zombie until its parent reaps it, maybe for long."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3, the state, first); None if gone.
+
+    Raises OSError when there is no procfs.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
-            state = fh.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
+            return fh.read().rsplit(b")", 1)[1].split()
     except FileNotFoundError:
-        return False
-    except (OSError, IndexError):
+        return None
+
+
+def process_start_time(pid: int) -> int | None:
+    """When a process started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``); None if unknown.
+
+    A pid is reused once its process is gone; the pair (pid, start time) names one process.
+    """
+    try:
+        fields = _stat_fields(pid)
+        return int(fields[19]) if fields is not None else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid: int, start_time: int | None = None) -> bool:
+    """Alive and not a zombie: a killed child stays a zombie until its parent reaps it, maybe for long.
+
+    With ``start_time`` (from ``process_start_time``) a process that took over the pid later is not it.
+    """
+    try:
+        fields = _stat_fields(pid)
+        if fields is None:
+            return False
+        if fields[0] in (b"Z", b"X"):
+            return False
+        return start_time is None or int(fields[19]) == start_time
+    except (OSError, IndexError, ValueError):
         pass  # no procfs: fall back to a signal-0 probe
     try:
         os.kill(pid, 0)

@@ -7,13 +7,17 @@ A bad value is reported with where it came from, so the fix is obvious.
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pytest_gym.core.masking import POLICY_KEY_ENV
 from pytest_gym.core.options import SPECS, Spec
 
 
@@ -32,7 +36,9 @@ class GymSettings(BaseModel):
     model_url: str | None = Field(None, pattern=r"^https?://\S+$")
     model: str | None = None
     agent: str | None = None
-    policy: Literal["none", "scripted"] = "none"
+    policy: Literal["none", "scripted", "record", "replay"] = "none"
+    cassette: str | None = None
+    replay_miss: Literal["error", "passthrough"] = "error"
     policy_answer: str = "\\boxed{A}"
     policy_latency_ms: float = Field(0.0, ge=0.0)
     cli: str = "gym"
@@ -54,6 +60,7 @@ class GymSettings(BaseModel):
     update_baseline: bool = False
     max_regression: float = Field(0.0, ge=0.0)
     summary: str | None = None
+    html: str | None = None
     export: tuple[str, ...] = ()
     export_opt: tuple[str, ...] = ()
     export_soft: bool = False
@@ -61,6 +68,79 @@ class GymSettings(BaseModel):
     @property
     def starts_gym(self) -> bool:
         return self.url is None
+
+    @field_validator("model_url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        problem = value and url_credentials(value)
+        if problem:
+            raise ValueError(f"holds a credential ({problem}); {HOW_TO_PASS_KEYS}")
+        return value
+
+    @field_validator("set")
+    @classmethod
+    def _no_credentials_in_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            problem = set_credentials(item)
+            if problem:
+                raise ValueError(f"holds a credential ({problem}); {HOW_TO_PASS_KEYS}")
+        return value
+
+
+HOW_TO_PASS_KEYS = (
+    "credentials are never taken from the command line or the ini file, where they would reach Gym's command "
+    f"line, gym_env.log and pytest_gym_run.json: put the policy key in the environment variable {POLICY_KEY_ENV} "
+    f"(Gym reads it through env.yaml's ${{oc.env:{POLICY_KEY_ENV}}}) and give the URL without it; for another "
+    "Gym setting, write --gym-set KEY='${oc.env:VARIABLE}' so Gym reads it from the environment"
+)
+_SECRET_WORDS = frozenset(
+    {"token", "secret", "secrets", "password", "passwd", "pwd", "authorization", "auth", "credential", "credentials",
+     "apikey", "sig", "signature"}
+)  # fmt: skip
+_KEY_PREFIXES = frozenset({"api", "access", "secret", "private", "auth", "client"})
+_ENV_REFERENCE = re.compile(r"\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def secret_name(name: str) -> bool:
+    """A setting or query key that names a credential: ``api_key``, ``hf_token``, ``password``, ``key``, ...
+
+    Word by word, so ``max_output_tokens`` and ``tokenizer`` are not secrets.
+    """
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    if not words:
+        return False
+    if words == ["key"] or any(w in _SECRET_WORDS for w in words):
+        return True
+    return any(w == "key" and prev in _KEY_PREFIXES for prev, w in itertools.pairwise(words))
+
+
+def url_credentials(url: str) -> str | None:
+    """What makes a URL carry a credential (user-info, a secret-looking query key); None when nothing does."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    if "@" in parts.netloc:
+        return "user-info before '@' in the URL"
+    for key, _ in parse_qsl(parts.query, keep_blank_values=True):
+        if secret_name(key):
+            return f"query key {key!r}"
+    return None
+
+
+def set_credentials(item: str) -> str | None:
+    """What makes a ``--gym-set KEY=VALUE`` carry a credential; None when nothing does."""
+    key, _, value = item.partition("=")
+    key = key.lstrip("+~")
+    if _ENV_REFERENCE.fullmatch(value.strip().strip("'\"")):
+        return None  # Gym reads it from the environment: nothing secret on the command line
+    if secret_name(key):
+        return f"setting {key!r}"
+    for match in re.finditer(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", value):
+        problem = url_credentials(match.group(0))
+        if problem:
+            return f"a URL in {key!r} with {problem}"
+    return None
 
 
 class SettingError(ValueError):
@@ -95,7 +175,8 @@ def resolve(
     """Build the settings: CLI, then ``overrides`` (value, where, base folder), then ini, then default.
 
     Relative paths are made absolute against the folder their source implies: the
-    invocation folder for the command line, the rootdir for the ini file.
+    invocation folder for the command line, the rootdir for the ini file (Gym configs:
+    only when found there, see ``gym_config_path``). Credentials are refused, never quoted.
     Raises ``SettingError`` (a usage error at the top) naming the setting and where its bad value came from.
     """
     values: dict[str, Any] = {}
@@ -111,7 +192,13 @@ def resolve(
             continue
         if spec.kind == "list":
             raw = _split_list(raw)
-        if spec.is_path and raw != "auto":
+        problem = _credentials(spec.name, raw)
+        if problem:  # said without the value: it is a secret
+            raise SettingError(f"pytest-gym: {spec.flag} from {_where(source, spec)} holds a credential "
+                               f"({problem}); {HOW_TO_PASS_KEYS}")  # fmt: skip
+        if spec.name == "config":
+            raw = tuple(gym_config_path(v, base) for v in raw)
+        elif spec.is_path and raw != "auto":
             raw = (
                 tuple(str(resolve_path(v, base)) for v in raw) if spec.kind == "list" else str(resolve_path(raw, base))
             )
@@ -123,6 +210,32 @@ def resolve(
                 f"pytest-gym: invalid value {raw!r} for {spec.name} from {_where(source, spec)}: {reason}"
             ) from None
     return GymSettings(**values)
+
+
+def _credentials(name: str, raw: Any) -> str | None:
+    if name == "model_url" and isinstance(raw, str):
+        return url_credentials(raw)
+    if name == "set":
+        return next((p for p in (set_credentials(str(item)) for item in raw) if p), None)
+    return None
+
+
+def gym_config_path(value: str, base: Path) -> str:
+    """A ``--gym-config`` path as Gym would find it from ``base`` (Gym itself runs in the run folder).
+
+    Gym looks for a relative config under ``$NEMO_GYM_EXTRA_ROOTS`` (``--search-dir``), its working
+    folder, then its install root: a path found under an extra root, or not found here, stays as written
+    for Gym to resolve (``resources_servers/X/configs/Y.yaml``); one found under ``base`` becomes absolute.
+    """
+    path = Path(os.path.expandvars(os.path.expanduser(value)))
+    if path.is_absolute():
+        return os.path.abspath(path)
+    roots = [Path(d) for d in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if d]
+    if any((root / path).exists() for root in roots):
+        return value
+    if (base / path).exists():
+        return os.path.abspath(base / path)
+    return value
 
 
 def resolve_path(value: str, base: Path) -> Path:

@@ -12,6 +12,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -21,13 +24,20 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.masking import POLICY_KEY_ENV, clean_text, strip_control
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.processes import log_tail, spawn_group, stop_group
+from pytest_gym.gym.processes import (
+    Supervised,
+    first_error,
+    log_tail,
+    spawn_supervised,
+    stop_supervised,
+    supervisor_popen,
+)
 
 STATE_FILE = "deployment.json"
 LOCK_FILE = ".deployment.lock"
@@ -184,27 +194,65 @@ def _link_server_venvs(venv: Path, target: Path) -> None:
                 link.symlink_to(venv, target_is_directory=True)
 
 
+#: A value Hydra reads as this very string unquoted (a name, a path, a plain URL): kept readable in the log.
+_PLAIN_VALUE = re.compile(r"[A-Za-z/][A-Za-z0-9_./:-]*")
+_HYDRA_WORDS = frozenset({"true", "false", "null", "nan", "inf"})
+
+
+def hydra_quote(value: str) -> str:
+    """``value`` as a Hydra override value that Gym reads back as exactly this string.
+
+    Unquoted, a ``,`` makes a sweep, ``?``/``=``/quotes/brackets are grammar errors, ``${`` an
+    interpolation and ``1``/``true`` are not strings. Hydra's quoted string: ``\\'`` is a quote and
+    backslashes before a quote or at the end are doubled; OmegaConf's ``\\${`` is a literal ``${``.
+    """
+    if _PLAIN_VALUE.fullmatch(value) and value.lower() not in _HYDRA_WORDS:
+        return value
+    value = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", value)
+    value = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    value = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, value)
+    return f"'{value}'"
+
+
+#: A config path Gym's ``--config`` can carry: it joins them unquoted into ``+config_paths=[a,b]``.
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./~+@%:-]+")
+
+
+def _config_arg(config: str, index: int, run_dir: Path) -> str:
+    """``config`` as Gym's ``--config`` takes it: a path with a ``,``, quote, space... is linked by a plain name."""
+    if _PLAIN_PATH.fullmatch(config) or not Path(config).is_absolute():
+        return config  # relative: as written, Gym resolves it (a bad one is Gym's error to report)
+    links = run_dir / "configs"
+    links.mkdir(parents=True, exist_ok=True)
+    link = links / f"{index}-{re.sub(r'[^A-Za-z0-9_.-]', '_', Path(config).name)}"
+    link.unlink(missing_ok=True)
+    link.symlink_to(config)
+    return str(link)
+
+
 def gym_command(
     settings: GymSettings, gym_cli: str, policy_url: str | None, head_port: int, run_dir: Path
 ) -> list[str]:
-    """The ``gym env start`` command line; never holds a secret."""
+    """The ``gym env start`` command line; never holds a secret (settings refuse them)."""
     args = [gym_cli, "env", "start"]
-    for config in settings.config:
-        args += ["--config", config]
+    for index, config in enumerate(settings.config):
+        args += ["--config", _config_arg(config, index, run_dir)]
     if settings.resources_server:
         args += ["--resources-server", settings.resources_server]
     if settings.resources_server or settings.model_type != "openai_model" or not settings.config:
         args += ["--model-type", settings.model_type]
     base_url = policy_url or settings.model_url
     if base_url:
-        args.append(f"++policy_base_url={base_url}")
-    args.append(f"++policy_model_name={settings.model or 'pytest-gym-scripted'}")
-    args.append(f"++head_server.port={head_port}")
+        args.append(f"++policy_base_url={hydra_quote(base_url)}")
+    args.append(f"++policy_model_name={hydra_quote(settings.model or 'pytest-gym-scripted')}")
+    # The plugin reaches the head server on 127.0.0.1: pin it there (a config's default_host or
+    # use_absolute_ip would otherwise move it to the machine's address).
+    args += ["++head_server.host=127.0.0.1", f"++head_server.port={head_port}"]
     if settings.server_venv:
         venv = Path(gym_cli).resolve().parent.parent if settings.server_venv == "auto" else Path(settings.server_venv)
         links = run_dir / "server-venvs"
         _link_server_venvs(venv, links)
-        args += ["++skip_venv_if_present=true", f"++uv_venv_dir={links}"]
+        args += ["++skip_venv_if_present=true", f"++uv_venv_dir={hydra_quote(str(links))}"]
     args += [_hydra_override(item) for item in settings.set]
     return args
 
@@ -229,10 +277,33 @@ class Started:
 
     gym_pid: int | None = None
     policy_pid: int | None = None
+    #: The supervised processes (``Supervised`` as dicts): their supervisors stop them.
+    supervised: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def start_policy(settings: GymSettings, run_dir: Path, timeout: float = 20.0) -> tuple[subprocess.Popen[bytes], str]:
+def _run_owner() -> int | None:
+    """The process whose end ends the run, when it is not this one: an xdist worker's controller.
+
+    xdist starts its workers as children of the controller (execnet's popen gateway); the worker that
+    starts Gym ends before the controller has finished with it (aggregate metrics, the stop). A worker
+    is told apart from a pytest that merely inherited ``PYTEST_XDIST_WORKER`` (a subprocess run from a
+    worker's test): xdist sets the variable in the worker itself, so it is not in the worker's initial
+    environment (``/proc/self/environ``).
+    """
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            inherited = b"\0PYTEST_XDIST_WORKER=" in b"\0" + fh.read()
+    except OSError:
+        inherited = sys.argv[:1] != ["-c"]  # no procfs: execnet starts workers with ``python -c``
+    return None if inherited else os.getppid()
+
+
+def start_policy(
+    settings: GymSettings, run_dir: Path, timeout: float = 20.0, owner_pid: int | None = None
+) -> tuple[Supervised, str]:
     port_file = run_dir / "policy.port"
     port_file.unlink(missing_ok=True)
     args = [
@@ -243,23 +314,66 @@ def start_policy(settings: GymSettings, run_dir: Path, timeout: float = 20.0) ->
         "0",
         "--port-file",
         str(port_file),
-        "--answer",
-        settings.policy_answer,
-        "--latency-ms",
-        str(settings.policy_latency_ms),
+        # One argv item each (--answer=VALUE): an answer such as "-x" must not read as an option.
+        f"--answer={settings.policy_answer}",
+        f"--latency-ms={settings.policy_latency_ms}",
     ]
     if settings.model:
-        args += ["--model", settings.model]
-    proc = spawn_group(args, run_dir, run_dir / POLICY_LOG)
+        args.append(f"--model={settings.model}")
+    try:
+        policy = spawn_supervised(
+            "policy", args, run_dir, run_dir / POLICY_LOG, first=signal.SIGTERM, grace=5.0, owner_pid=owner_pid
+        )
+    except OSError as exc:
+        raise GymError(f"the scripted policy did not start: {exc}") from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if port_file.exists():
-            return proc, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
-        if proc.poll() is not None:
+            return policy, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
+        proc = supervisor_popen(policy)
+        if proc is not None and proc.poll() is not None:
             break
         time.sleep(0.05)
-    stop_group(proc.pid, 1.0, proc, first=signal.SIGTERM)
+    stop_supervised([policy])
     raise GymError(f"the scripted policy did not start; log {run_dir / POLICY_LOG}:\n{log_tail(run_dir / POLICY_LOG)}")
+
+
+def start_model_recorder(settings: GymSettings, run_dir: Path, owner_pid: int | None = None) -> tuple[Supervised, str]:
+    """``--gym-policy record|replay``: the recording proxy or the replay server, in place of the model."""
+    from pytest_gym.gym.recorder import start_recorder
+
+    if settings.policy == "record" and not settings.model_url:
+        raise GymError("--gym-policy record needs --gym-model-url URL: the model whose answers are recorded")
+    if settings.policy == "replay" and not settings.cassette:
+        raise GymError(
+            "--gym-policy replay needs --gym-cassette PATH: a cassette.jsonl, or the run folder of a recording"
+        )
+    if settings.policy == "replay" and settings.replay_miss == "passthrough" and not settings.model_url:
+        raise GymError("--gym-replay-miss passthrough needs --gym-model-url URL: where unrecorded calls go")
+    mode: Literal["record", "replay"] = "record" if settings.policy == "record" else "replay"
+    return start_recorder(
+        mode,
+        run_dir,
+        upstream=settings.model_url,
+        cassette=settings.cassette,
+        miss=settings.replay_miss,
+        owner_pid=owner_pid,
+    )
+
+
+def _gym_env() -> dict[str, str]:
+    """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log."""
+    env = dict(os.environ)
+    if not env.get("COLUMNS", "").isdigit() or int(env["COLUMNS"]) < 200:
+        env["COLUMNS"] = "200"
+    return env
+
+
+def _start_log(log_path: Path) -> str:
+    """The tail of Gym's log, and the first error in it: the cause often scrolled out of the tail."""
+    tail = log_tail(log_path)
+    cause = first_error(log_path)
+    return tail + (f"\nfirst error in the log: {cause}" if cause else "")
 
 
 def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path) -> None:
@@ -271,7 +385,7 @@ def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log
         code = proc.poll()
         if code is not None:
             raise GymError(
-                f"Gym exited with code {code} during start-up; log {log_path}, last lines:\n{log_tail(log_path)}"
+                f"Gym exited with code {code} during start-up; log {log_path}, last lines:\n{_start_log(log_path)}"
             )
         try:
             status, _ = fetch("GET", f"{head_url}/readyz", timeout=2.0)
@@ -283,16 +397,19 @@ def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log
         time.sleep(0.25)
     raise GymError(
         f"Gym did not become ready within {timeout:g} s (/readyz: {last}; raise --gym-startup-timeout if it "
-        f"is just slow); log {log_path}, last lines:\n{log_tail(log_path)}"
+        f"is just slow); log {log_path}, last lines:\n{_start_log(log_path)}"
     )
 
 
-def start_deployment(settings: GymSettings, run_dir: Path) -> tuple[GymEndpoint, Started]:
-    """Start the policy (if scripted) and ``gym env start``; stop both again on any failure."""
+def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None = None) -> tuple[GymEndpoint, Started]:
+    """Start the policy (if scripted) and ``gym env start``; stop both again on any failure.
+
+    Both run under supervisors that stop them when this process (or ``owner_pid``) is gone.
+    """
     started = Started()
     run_dir.mkdir(parents=True, exist_ok=True)
-    policy_proc: subprocess.Popen[bytes] | None = None
-    gym_proc: subprocess.Popen[bytes] | None = None
+    policy: Supervised | None = None
+    gym: Supervised | None = None
     try:
         gym_cli = find_gym_cli(settings.cli)
         if not settings.config and not settings.resources_server:
@@ -302,8 +419,13 @@ def start_deployment(settings: GymSettings, run_dir: Path) -> tuple[GymEndpoint,
             )
         policy_url = None
         if settings.policy == "scripted":
-            policy_proc, policy_url = start_policy(settings, run_dir)
-            started.policy_pid = policy_proc.pid
+            policy, policy_url = start_policy(settings, run_dir, owner_pid=owner_pid)
+            started.policy_pid = policy.pid
+            started.supervised.append(asdict(policy))
+        elif settings.policy in ("record", "replay"):
+            policy, policy_url = start_model_recorder(settings, run_dir, owner_pid=owner_pid)
+            started.policy_pid = policy.pid
+            started.supervised.append(asdict(policy))
         elif not settings.model_url:
             raise GymError(
                 "no policy model: pass --gym-model-url URL (and --gym-model NAME; key in $GYM_POLICY_API_KEY) "
@@ -314,37 +436,41 @@ def start_deployment(settings: GymSettings, run_dir: Path) -> tuple[GymEndpoint,
         log_path = run_dir / GYM_LOG
         command = gym_command(settings, gym_cli, policy_url, head_port, run_dir)
         with log_path.open("a", encoding="utf-8") as log:
-            log.write("pytest-gym: " + " ".join(command) + "\n")
-        gym_proc = spawn_group(command, run_dir, log_path)
-        started.gym_pid = gym_proc.pid
+            log.write("pytest-gym: " + shlex.join(command) + "\n")
+        try:
+            gym = spawn_supervised(
+                "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=_gym_env()
+            )
+        except OSError as exc:
+            raise GymError(f"Gym did not start: {exc}") from None
+        started.gym_pid = gym.pid
+        started.supervised.insert(0, asdict(gym))
         head_url = f"http://127.0.0.1:{head_port}"
+        gym_proc = supervisor_popen(gym)
+        assert gym_proc is not None
+        # The supervisor exits with Gym's code when Gym exits by itself.
         wait_ready(head_url, gym_proc, settings.startup_timeout, log_path)
         endpoint = discover(head_url)
         endpoint.log_path = str(log_path)
         endpoint.policy_url = policy_url
-        if policy_proc is not None and policy_url is not None:
+        if policy is not None and policy_url is not None:
             # Watched like Gym's own servers: a dead policy fails the remaining trials at once.
-            endpoint.servers.append(
-                ServerInstance("scripted_policy", "pytest_gym_policy", "scripted", policy_url, policy_proc.pid)
-            )
+            name = "scripted_policy" if settings.policy == "scripted" else f"model_{settings.policy}er"
+            endpoint.servers.append(ServerInstance(name, "pytest_gym_policy", settings.policy, policy_url, policy.pid))
+        endpoint.mark_local()  # started here: its pids are this machine's; record their start times
         return endpoint, started
     except BaseException:
-        stop_started(started, settings.shutdown_grace, gym_proc, policy_proc)
+        stop_started(started, settings.shutdown_grace)
         raise
 
 
-def stop_started(
-    started: Started,
-    grace: float,
-    gym_proc: subprocess.Popen[bytes] | None = None,
-    policy_proc: subprocess.Popen[bytes] | None = None,
-) -> list[str]:
-    notes = []
-    if started.gym_pid is not None:
-        notes.append("gym: " + stop_group(started.gym_pid, grace, gym_proc))
-    if started.policy_pid is not None:
-        notes.append("policy: " + stop_group(started.policy_pid, 5.0, policy_proc, first=signal.SIGTERM))
-    return notes
+def stop_started(started: Started, grace: float) -> list[str]:
+    """Stop what ``started`` records, all at once; not cut short by SIGINT/SIGTERM meanwhile (bounded)."""
+    items = [Supervised(**item) for item in started.supervised]
+    for item in items:
+        if item.name == "gym":
+            item.grace = grace
+    return stop_supervised(items)
 
 
 @contextlib.contextmanager
@@ -386,7 +512,7 @@ def acquire(settings: GymSettings, run_dir: Path) -> GymEndpoint:
                 raise GymError(state["error"])
             return GymEndpoint.from_json(state["endpoint"])
         try:
-            endpoint, started = start_deployment(settings, run_dir)
+            endpoint, started = start_deployment(settings, run_dir, owner_pid=_run_owner())
         except GymError as exc:
             _write_state(run_dir, {"error": str(exc)})
             raise

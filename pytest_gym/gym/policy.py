@@ -17,7 +17,10 @@ Routes (with or without the ``/v1`` prefix):
 
 Faults can be scheduled (``fault_every`` calls, ``fault_mode`` one of
 ``status``, ``hang``, ``garbage``) so that retry and timeout paths are testable
-against a real Gym.
+against a real Gym. ``answers`` (a list) makes call N answer ``answers[(N-1) % len]``, so repeats
+differ; ``tool_name`` makes the first turn a function call (the turn after its output is answered
+with text), and ``"stream": true`` requests get Server-Sent Events, so that recording and replay of
+tool calls and streams are testable.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ import hashlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -49,6 +54,9 @@ class Script:
     fault_mode: str = "status"
     fault_status: int = 500
     hang_s: float = 3600.0
+    answers: list[str] = field(default_factory=list)
+    tool_name: str = ""
+    tool_arguments: str = "{}"
 
     def update(self, changes: dict[str, Any]) -> None:
         known = {f.name: f.type for f in fields(self)}
@@ -57,7 +65,9 @@ class Script:
             raise ValueError(f"unknown script keys: {', '.join(unknown)}")
         for key, value in changes.items():
             current = getattr(self, key)
-            setattr(self, key, type(current)(value))
+            if isinstance(current, list) and not isinstance(value, list):
+                raise ValueError(f"{key} must be a list")
+            setattr(self, key, [str(v) for v in value] if isinstance(current, list) else type(current)(value))
         if self.fault_mode not in FAULT_MODES:
             raise ValueError(f"fault_mode must be one of {FAULT_MODES}")
 
@@ -81,7 +91,10 @@ class PolicyState:
         with self.lock:
             self.calls += 1
             self.by_route[route] = self.by_route.get(route, 0) + 1
-            return self.calls, Script(**asdict(self.script))
+            script = Script(**asdict(self.script))
+            if script.answers:
+                script.answer = script.answers[(self.calls - 1) % len(script.answers)]
+            return self.calls, script
 
     def enter(self) -> None:
         with self.lock:
@@ -121,25 +134,42 @@ def _token_count(value: Any) -> int:
     return max(1, len(json.dumps(value, ensure_ascii=False)) // 4)
 
 
+def _wants_tool_call(script: Script, body: dict[str, Any]) -> bool:
+    """A function call on the first turn only: once its output (or a tool message) is in, answer text."""
+    if not script.tool_name:
+        return False
+    items = body.get("input") if "input" in body else body.get("messages")
+    last = items[-1] if isinstance(items, list) and items else None
+    return not (isinstance(last, dict) and (last.get("type") == "function_call_output" or last.get("role") == "tool"))
+
+
 def responses_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
     """A complete Responses API object, as Gym's ``openai_model`` expects it."""
     in_tokens = _token_count(body.get("input", ""))
     out_tokens = max(1, len(script.answer.split()))
+    item: dict[str, Any] = {
+        "type": "message",
+        "id": f"msg_{uuid.uuid4().hex}",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": script.answer, "annotations": []}],
+    }
+    if _wants_tool_call(script, body):
+        item = {
+            "type": "function_call",
+            "id": f"fc_{uuid.uuid4().hex}",
+            "call_id": f"call_{uuid.uuid4().hex[:24]}",
+            "name": script.tool_name,
+            "arguments": script.tool_arguments,
+            "status": "completed",
+        }
     return {
         "id": f"resp_{uuid.uuid4().hex}",
         "object": "response",
         "created_at": int(time.time()),
         "model": body.get("model") or script.model,
         "status": "completed",
-        "output": [
-            {
-                "type": "message",
-                "id": f"msg_{uuid.uuid4().hex}",
-                "role": "assistant",
-                "status": "completed",
-                "content": [{"type": "output_text", "text": script.answer, "annotations": []}],
-            }
-        ],
+        "output": [item],
         "parallel_tool_calls": False,
         "tool_choice": "auto",
         "tools": [],
@@ -156,25 +186,56 @@ def responses_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
 def chat_completion_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
     in_tokens = _token_count(body.get("messages", ""))
     out_tokens = max(1, len(script.answer.split()))
+    message: dict[str, Any] = {"role": "assistant", "content": script.answer}
+    finish = "stop"
+    if _wants_tool_call(script, body):
+        call = {"name": script.tool_name, "arguments": script.tool_arguments}
+        message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function", "function": call}
+        ]}  # fmt: skip
+        finish = "tool_calls"
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": body.get("model") or script.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": script.answer},
-                "finish_reason": "stop",
-                "logprobs": None,
-            }
-        ],
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
         "usage": {
             "prompt_tokens": in_tokens,
             "completion_tokens": out_tokens,
             "total_tokens": in_tokens + out_tokens,
         },
     }
+
+
+def sse_events(route: str, answer: dict[str, Any]) -> Iterator[bytes]:
+    """The answer as Server-Sent Events, in the shape of OpenAI's streams (deltas, then the whole)."""
+
+    def event(name: str | None, data: Any) -> bytes:
+        text = data if isinstance(data, str) else json.dumps(data)
+        return (f"event: {name}\n" if name else "").encode() + f"data: {text}\n\n".encode()
+
+    if route == "/responses":
+        started = {**answer, "status": "in_progress", "output": []}
+        yield event("response.created", {"type": "response.created", "sequence_number": 0, "response": started})
+        number = 1
+        for index, item in enumerate(answer["output"]):
+            for part in item.get("content") or []:
+                for word in part["text"].split(" "):
+                    delta = {"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                             "content_index": 0, "delta": word + " ", "sequence_number": number}  # fmt: skip
+                    yield event(delta["type"], delta)
+                    number += 1
+        yield event("response.completed", {"type": "response.completed", "sequence_number": number, "response": answer})
+        return
+    choice = answer["choices"][0]
+    chunk = {key: answer[key] for key in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    words = (choice["message"].get("content") or "").split(" ")
+    for word in words:
+        yield event(None, chunk | {"choices": [{"index": 0, "delta": {"content": word + " "}, "finish_reason": None}]})
+    delta = {key: value for key, value in choice["message"].items() if key != "content"}
+    yield event(None, chunk | {"choices": [{"index": 0, "delta": delta, "finish_reason": choice["finish_reason"]}]})
+    yield event(None, "[DONE]")
 
 
 def _route(path: str) -> str:
@@ -188,6 +249,12 @@ class PolicyHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         """Silent: request lines would carry nothing useful and cost time."""
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in two writes: without this, Nagle's algorithm holds the body until
+        # the caller's delayed ACK, 40 ms per call on a keep-alive connection (http.client, httpx).
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def _send(self, status: int, payload: Any, raw: bytes | None = None) -> None:
         data = raw if raw is not None else json.dumps(payload).encode()
@@ -251,7 +318,21 @@ class PolicyHandler(BaseHTTPRequestHandler):
             status, payload, raw = self._answer(route, body)
         finally:
             state.leave()  # before the answer goes out: the caller may send its next call at once
+        if status == 200 and raw is None and isinstance(body, dict) and body.get("stream") is True:
+            self._stream(sse_events(route, payload))
+            return
         self._send(status, payload, raw=raw)
+
+    def _stream(self, events: Iterator[bytes]) -> None:
+        """Chunked ``text/event-stream``, one chunk per event, flushed as it goes."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for data in events:
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
 
     def _answer(self, route: str, body: Any) -> tuple[int, Any, bytes | None]:
         """(status, JSON payload, raw body) for one model call, after the scripted latency or fault."""

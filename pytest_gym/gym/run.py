@@ -22,10 +22,10 @@ from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import acquire, discover, read_state, release
+from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.server import GymServer
 from pytest_gym.judge.messages import clean_outcome
-from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard, GlobalSlots, worker_share
+from pytest_gym.rollout.claims import BOARD_DIR, BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
 from pytest_gym.runfolder.rollouts import (
     ROLLOUTS_FILE,
     RunFolderWriter,
@@ -40,7 +40,7 @@ from pytest_gym.runfolder.runinfo import write_run_info
 if TYPE_CHECKING:
     from pytest_gym.rollout.dispatcher import Dispatcher
 
-#: In attach mode, the servers a worker discovered, so that the controller need not ask Gym again.
+#: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
 ATTACHED_FILE = "attached.json"
 
 
@@ -90,11 +90,6 @@ class GymRun:
                 self._record_attached(endpoint)
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
             self.server = GymServer(endpoint, self.settings, default_agent)
-            # Workers share the trials through claim files in the run folder; alone, all stays in memory.
-            board = ClaimBoard(self.run_dir / BOARD_DIR) if self.worker is not None else None
-            # More workers than slots: each worker has one, and C lock files keep the whole run within C.
-            shared = self.worker is not None and self.worker[1] > self.settings.concurrency
-            global_slots = GlobalSlots(self.run_dir / BOARD_DIR, self.settings.concurrency) if shared else None
             from pytest_gym.rollout.dispatcher import Dispatcher
 
             self.dispatcher = Dispatcher(
@@ -103,8 +98,7 @@ class GymRun:
                 trial_timeout=self.settings.trial_timeout,
                 default_agent=default_agent,
                 lookahead=max(64, 4 * self.settings.concurrency),
-                board=board,
-                global_slots=global_slots,
+                claims=self._claims(),
                 retries=self.settings.retries,
                 skip=skip,
             )
@@ -115,6 +109,15 @@ class GymRun:
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
+
+    def _claims(self) -> Claims:
+        """How this process shares the trials: alone, all in memory; xdist workers, through claim files."""
+        if self.worker is None:
+            return LocalClaims()
+        # More workers than slots: each worker has one, and C lock files keep the whole run within C.
+        shared = self.worker[1] > self.settings.concurrency
+        global_slots = GlobalSlots(self.run_dir / BOARD_DIR, self.settings.concurrency) if shared else None
+        return BoardClaims(ClaimBoard(self.run_dir / BOARD_DIR), global_slots)
 
     def open_writer(self) -> RunFolderWriter:
         """The run folder's writer of this process (the run info is written with it)."""
@@ -127,7 +130,7 @@ class GymRun:
         target = self.run_dir / ATTACHED_FILE
         if target.exists():
             return
-        with contextlib.suppress(OSError):  # only a cache for the controller: it can discover again
+        with contextlib.suppress(OSError):  # without it the controller skips Gym's aggregate metrics
             write_atomically(target, json.dumps(endpoint.to_json()).encode(), fsync=False)
 
     def stop_dispatch(self) -> None:
@@ -150,10 +153,12 @@ class GymRun:
         if self.server is not None:
             return self.server.endpoint
         if self.settings.url:
+            # Recorded by the xdist workers that reached Gym. None did (every trial was reused from --gym-resume):
+            # then this run does not contact Gym at all, as in start mode, where no deployment state means none.
             try:
                 return GymEndpoint.from_json(json.loads((self.run_dir / ATTACHED_FILE).read_text(encoding="utf-8")))
             except (OSError, ValueError, KeyError, TypeError):
-                return discover(self.settings.url)
+                return None
         state = read_state(self.run_dir) or {}
         return GymEndpoint.from_json(state["endpoint"]) if "endpoint" in state else None
 

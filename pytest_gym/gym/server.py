@@ -6,8 +6,6 @@ from typing import Any
 
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.rollout.dispatcher import row_agent
-from pytest_gym.rollout.transport import build_request, post_rollout_once
 
 
 class GymServer:
@@ -47,6 +45,9 @@ class GymServer:
         repeat: int = 0,
     ) -> dict[str, Any]:
         """POST ``row`` to the agent's ``/run`` route; Gym's answer, or TrialFault."""
+        # Imported when used: asyncio is not needed by a process that runs no rollout (the xdist controller).
+        from pytest_gym.rollout.transport import build_request, post_rollout_once, row_agent
+
         name = agent or row_agent(row) or self.default_agent
         if name is None:
             raise GymError(f"no agent for this row: pass agent=..., one of {', '.join(self.agents)}")

@@ -1,4 +1,9 @@
-"""Claims: how xdist workers share one rollout budget and one set of trials without running any twice.
+"""Claims: how the processes of a run share its trials and its rollout budget without running any twice.
+
+The dispatcher sees this through one protocol, ``Claims`` (like pytest-xdist's
+``scheduler/protocol.py``), with two implementations: ``LocalClaims`` (one
+process, everything in memory) and ``BoardClaims`` (xdist workers sharing the
+claim files below).
 
 Every worker sees the same ``session.items`` but does not know in advance which
 of them the controller will hand it. So each worker's dispatcher prefetches the
@@ -12,6 +17,9 @@ that line; if the claimer died, one waiter takes the trial over (an ``O_EXCL``
 takeover file per dead pid decides which). Without xdist none of this exists:
 results stay in memory.
 
+A worker that needs a trial another worker claimed polls the board for its
+outcome (``BoardClaims.result``), for at most one trial timeout plus a margin.
+
 ``--gym-concurrency C`` is the budget of the whole run: worker ``i`` of ``n``
 gets ``C // n``, plus one for the first ``C % n`` workers. With fewer slots than
 workers (C < n) each worker gets one, and a rollout must also hold one of C
@@ -22,6 +30,8 @@ Plain files, no pytest and no xdist: ``pytest_gym.xdist_hooks`` wires them to xd
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import contextlib
 import fcntl
 import hashlib
@@ -30,13 +40,18 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Protocol
 
-from pytest_gym.core.outcome import TrialOutcome
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.pids import pid_alive
 
 BOARD_DIR = ".xdist-trials"
 #: A claim file still empty after this long belongs to a process that died while writing it.
 _EMPTY_CLAIM_GRACE_S = 5.0
+_POLL_MIN_S = 0.0005
+_POLL_MAX_S = 0.02
+#: How often a worker waiting for another worker's trial checks that the claimant still lives.
+_ALIVE_CHECK_S = 0.25
 
 
 def worker_share(concurrency: int, workers: int, index: int) -> int:
@@ -211,3 +226,204 @@ class GlobalSlots:
 def alive(pid: int) -> bool:
     """Whether a claimant still runs (-1: a claim being written counts as alive; a zombie does not)."""
     return pid < 0 or (pid > 0 and pid_alive(pid))
+
+
+class Here(Protocol):
+    """What a ``Claims`` implementation may ask of this process's dispatcher, from pytest's thread."""
+
+    counts: collections.Counter[str]
+
+    @property
+    def stopping(self) -> bool:
+        """The run was stopped: nothing new starts."""
+        ...
+
+    @property
+    def claim_wait_s(self) -> float:
+        """How long a trial another process claimed may take to show its outcome."""
+        ...
+
+    def held(self, nodeid: str) -> concurrent.futures.Future[TrialOutcome] | None:
+        """This process's rollout of the trial, if it started one whose outcome it still holds."""
+        ...
+
+    def start_now(self, spec: TrialSpec, taken_over: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
+        """Claim (unless ``taken_over``: already claimed) and start the trial now, ahead of any prefetch; None
+        when stopping or another process claimed it first."""
+        ...
+
+    def wait(self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> TrialOutcome:
+        """Wait for this process's rollout of the trial and hand its outcome out."""
+        ...
+
+
+class Claims(Protocol):
+    """How this process shares the run's trials and rollout budget with other processes (or does not)."""
+
+    #: Whether the rollouts in flight at the end of the session must finish: another process may wait for them.
+    drain_at_close: bool
+
+    def claim(self, nodeid: str) -> bool:
+        """Take a trial for this process; False when another process has it."""
+        ...
+
+    def claimed(self, nodeid: str) -> bool:
+        """Whether some process claimed it (the dispatcher itself knows what this process started)."""
+        ...
+
+    def run_again(self, nodeid: str) -> bool:
+        """Whether a trial this process ran and handed out runs again when asked for once more (a rerun)."""
+        ...
+
+    def release(self, nodeid: str) -> None:
+        """Give back the claim of a rollout that was cancelled: whoever needs the trial may claim it."""
+        ...
+
+    def publish(self, outcome: TrialOutcome) -> bool:
+        """Offer a finished outcome to the other processes; True when they keep it (this process may drop it)."""
+        ...
+
+    async def acquire_slot(self) -> int | None:
+        """A run-wide rollout slot, held for one rollout; None when this process's own budget is enough."""
+        ...
+
+    def release_slot(self, slot: int | None) -> None: ...
+
+    def result(self, spec: TrialSpec, here: Here, timeout: float | None) -> TrialOutcome:
+        """The trial's outcome, for pytest's thread: this process's rollout (started now if nobody started
+        one) or another process's. Raises ``concurrent.futures.CancelledError`` if the run stopped first."""
+        ...
+
+    def close(self) -> None:
+        """End of the session (on the dispatcher's loop, after the last rollout)."""
+        ...
+
+
+class LocalClaims:
+    """One process: every trial is this process's, and outcomes stay in memory."""
+
+    drain_at_close = False  # nobody else waits for a rollout: what is in flight at the end is cancelled
+
+    def claim(self, nodeid: str) -> bool:
+        return True
+
+    def claimed(self, nodeid: str) -> bool:
+        return False
+
+    def run_again(self, nodeid: str) -> bool:
+        return True
+
+    def release(self, nodeid: str) -> None:
+        pass
+
+    def publish(self, outcome: TrialOutcome) -> bool:
+        return False
+
+    async def acquire_slot(self) -> int | None:
+        return None
+
+    def release_slot(self, slot: int | None) -> None:
+        pass
+
+    def result(self, spec: TrialSpec, here: Here, timeout: float | None) -> TrialOutcome:
+        future = here.held(spec.nodeid) or here.start_now(spec)
+        if future is None:
+            raise concurrent.futures.CancelledError()
+        return here.wait(spec.nodeid, future, timeout)
+
+    def close(self) -> None:
+        pass
+
+
+class BoardClaims:
+    """xdist workers: claims and outcomes on a ``ClaimBoard``; with more workers than slots, ``GlobalSlots``."""
+
+    drain_at_close = True  # another worker may be waiting for a rollout in flight here
+
+    def __init__(self, board: ClaimBoard, global_slots: GlobalSlots | None = None) -> None:
+        self.board = board
+        self.global_slots = global_slots
+
+    def claim(self, nodeid: str) -> bool:
+        return self.board.claim(nodeid)
+
+    def claimed(self, nodeid: str) -> bool:
+        return self.board.claimed(nodeid)
+
+    def run_again(self, nodeid: str) -> bool:
+        return False  # it ran here and was published: the board has its outcome
+
+    def release(self, nodeid: str) -> None:
+        self.board.release(nodeid)
+
+    def publish(self, outcome: TrialOutcome) -> bool:
+        self.board.publish(outcome)
+        return True
+
+    async def acquire_slot(self) -> int | None:
+        if self.global_slots is None:
+            return None
+        import asyncio  # here: the xdist controller imports this module and runs no event loop
+
+        pause = _POLL_MIN_S
+        while (slot := self.global_slots.try_acquire()) is None:
+            await asyncio.sleep(pause)
+            pause = min(_POLL_MAX_S, pause * 1.5)
+        return slot
+
+    def release_slot(self, slot: int | None) -> None:
+        if slot is not None and self.global_slots is not None:
+            self.global_slots.release(slot)
+
+    def result(self, spec: TrialSpec, here: Here, timeout: float | None) -> TrialOutcome:
+        """This process's rollout, or the outcome another worker publishes; takes over a dead worker's claim."""
+        board = self.board
+        nodeid = spec.nodeid
+        started = time.monotonic()
+        deadline: float | None = None
+        wait_s = 0.0
+        pause = _POLL_MIN_S
+        checked: tuple[int, float] | None = None  # (claimant, when it was last seen alive)
+        while True:
+            future = here.held(nodeid)
+            if future is not None:
+                return here.wait(nodeid, future, timeout)
+            owner, outcome = board.state(nodeid)
+            if outcome is not None:
+                here.counts["from_board"] += 1
+                return outcome
+            if owner is None:
+                future = here.start_now(spec)
+                if future is not None:
+                    return here.wait(nodeid, future, timeout)
+                if here.stopping:
+                    raise concurrent.futures.CancelledError()
+                continue  # another worker claimed it a moment ago
+            now = time.monotonic()
+            fresh = checked is not None and checked[0] == owner and now - checked[1] < _ALIVE_CHECK_S
+            if owner != board.pid and not fresh and not alive(owner):
+                if board.take_over(nodeid, owner):
+                    future = here.start_now(spec, taken_over=True)
+                    if future is not None:
+                        return here.wait(nodeid, future, timeout)
+                    board.release(nodeid)
+                    raise concurrent.futures.CancelledError()
+                continue
+            checked = (owner, now) if not fresh else checked
+            if deadline is None:
+                wait_s = here.claim_wait_s
+                deadline = now + wait_s
+            if now >= deadline or (timeout is not None and now - started >= timeout):
+                return TrialOutcome.for_spec(
+                    spec,
+                    error_class="timeout",
+                    error=f"the worker that claimed this trial (pid {owner}) published no result within {wait_s:g} s",
+                )
+            here.counts["polls"] += 1
+            time.sleep(pause)
+            pause = min(_POLL_MAX_S, pause * 1.5)
+
+    def close(self) -> None:
+        self.board.close()
+        if self.global_slots is not None:
+            self.global_slots.close()

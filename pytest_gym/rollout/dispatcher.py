@@ -7,15 +7,18 @@ and at most ``lookahead`` trials ahead of the last one pytest reached; each
 trial item waits only for its own result. A trial pytest reaches before the
 feeder did is started at once, ahead of any prefetch waiting for a slot.
 
-Under xdist a ``ClaimBoard`` (see ``pytest_gym.rollout.claims``) makes the dispatchers
-of all workers share the trials: each walks the whole list, runs only what it
-claimed, publishes what it ran, and waits for what another worker claimed.
-Without a board everything stays in memory.
+How the trials are shared with other processes is a ``Claims`` implementation
+(``pytest_gym.rollout.claims``): alone, everything stays in memory
+(``LocalClaims``); under xdist the dispatchers of all workers walk the whole
+list, run only what they claimed on a board, publish what they ran, and wait for
+what another worker claimed (``BoardClaims``). One trial's request, retries and
+answer are ``pytest_gym.rollout.transport.Rollouts``; whether Gym still serves is
+``pytest_gym.rollout.health.Health``. This module only schedules.
 
 ``stop()`` (after ``-x``, ``--maxfail``, Ctrl-C) starts nothing new and cancels
-what is in flight. ``close()`` at the end of the session lets, under xdist, the
-rollouts in flight finish (another worker may be waiting for them); without a
-board there is nothing left that anyone waits for, so it cancels.
+what is in flight. ``close()`` at the end of the session lets the rollouts in
+flight finish when another process may be waiting for them
+(``Claims.drain_at_close``), and cancels them otherwise.
 """
 
 from __future__ import annotations
@@ -26,26 +29,17 @@ import concurrent.futures
 import contextlib
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
 
-from pytest_gym.core.dataset import DatasetError
-from pytest_gym.core.endpoint import GymEndpoint, GymError
+from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.rollout.claims import Claims, LocalClaims
+from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import HTTPPool
-from pytest_gym.rollout.retry import backoff_s, is_retryable
-from pytest_gym.rollout.transport import TrialFault, build_request, post_rollout, token_usage
-
-if TYPE_CHECKING:
-    from pytest_gym.rollout.claims import ClaimBoard, GlobalSlots
+from pytest_gym.rollout.transport import Rollouts
 
 #: Seconds a worker waits beyond the trial timeout for a trial another live worker claimed.
 CLAIM_WAIT_MARGIN_S = 30.0
-_POLL_MIN_S = 0.0005
-_POLL_MAX_S = 0.02
-#: How often a worker waiting for another worker's trial checks that the claimant still lives.
-_ALIVE_CHECK_S = 0.25
 #: How often an idle feeder looks at the xdist worker's queue again.
 _QUEUE_POLL_S = 0.02
 #: The interpreter's thread switch interval while rollouts run. The dispatcher thread mostly waits on
@@ -111,6 +105,8 @@ class _Slots:
 
 
 class Dispatcher:
+    """Schedules the session's rollouts on a background event loop; pytest's thread waits for each result."""
+
     def __init__(
         self,
         endpoint: GymEndpoint,
@@ -118,25 +114,17 @@ class Dispatcher:
         trial_timeout: float,
         default_agent: str | None,
         lookahead: int | None = None,
-        board: ClaimBoard | None = None,
-        global_slots: GlobalSlots | None = None,
+        claims: Claims | None = None,
         retries: int = 0,
         skip: frozenset[str] = frozenset(),
     ) -> None:
         self.endpoint = endpoint
-        self.retries = max(0, retries)
         #: Trials never to roll out here (their results are reused from an earlier run).
         self.skip = skip
-        #: Why the deployment is known dead: every later trial fails at once with this.
-        self.gym_dead: str | None = None
-        self._dead_event: asyncio.Event | None = None
-        self._watchdog: concurrent.futures.Future[None] | None = None
         self.concurrency = max(1, concurrency)
         self.lookahead = max(1, lookahead if lookahead is not None else max(64, 4 * self.concurrency))
         self.trial_timeout = trial_timeout
-        self.default_agent = default_agent
-        self.board = board
-        self.global_slots = global_slots
+        self.claims: Claims = claims if claims is not None else LocalClaims()
         self.listeners: list[Callable[[TrialOutcome], None]] = []
         #: Problems that did not stop a trial but should be reported (a listener or the board failed).
         self.problems: list[str] = []
@@ -145,8 +133,8 @@ class Dispatcher:
         self._plan: list[TrialSpec] = []
         self._index: dict[str, int] = {}
         self._lock = threading.Lock()
-        # Trials this process started and whose outcome is still held; with a board, an outcome that no
-        # local item waits for is dropped once published (the board has it).
+        # Trials this process started and whose outcome is still held; an outcome the claims keep for the
+        # other processes is dropped once published unless a local item waits for it.
         self._running: dict[str, concurrent.futures.Future[TrialOutcome]] = {}
         self._waiting: set[str] = set()
         self._started: set[str] = set()
@@ -163,9 +151,14 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
         self._thread.start()
         self._http = HTTPPool()
+        self._health = Health(endpoint, self._http, probe_timeout_s=min(5.0, trial_timeout))
+        self._rollouts = Rollouts(
+            endpoint, self._http, self._health, trial_timeout, default_agent, retries, self.counts
+        )
         self._slots = _Slots(self.concurrency)
         self._progress: asyncio.Event | None = None
         self._feeder: concurrent.futures.Future[None] | None = None
+        self._watchdog: concurrent.futures.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         asyncio.run_coroutine_threadsafe(self._init(), self._loop).result()
 
@@ -186,8 +179,8 @@ class Dispatcher:
             self._upcoming = upcoming
         if self._feeder is None and self._plan:
             self._feeder = asyncio.run_coroutine_threadsafe(self._feed(), self._loop)
-            if any(server.pid for server in self.endpoint.servers):
-                self._watchdog = asyncio.run_coroutine_threadsafe(self._watch(), self._loop)
+            if self._health.watches:
+                self._watchdog = asyncio.run_coroutine_threadsafe(self._health.watch(), self._loop)
 
     def result(self, spec: TrialSpec, timeout: float | None = None) -> TrialOutcome:
         """Block until this trial's rollout is done, starting it now if nobody has.
@@ -195,33 +188,28 @@ class Dispatcher:
         Raises ``concurrent.futures.CancelledError`` when the run was stopped before it started.
         """
         self._advance(spec)
-        if self.board is None:
-            future = self._local(spec.nodeid) or self._start_now(spec)
-            if future is None:
-                raise concurrent.futures.CancelledError()
-            return self._wait_local(spec.nodeid, future, timeout)
-        return self._board_result(spec, timeout)
+        return self.claims.result(spec, self, timeout)
 
     def stop(self) -> None:
         """Start nothing new; cancel the rollouts in flight."""
         if self._stopping:
             return
         self._stopping = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(timeout=30)
 
     def close(self) -> None:
-        """End of the session: with a board, let the rollouts in flight finish first; then shut down."""
-        if self.board is not None and not self._stopping and self._loop.is_running():
+        """End of the session: let the rollouts in flight finish if another process may wait for them; shut down."""
+        if self.claims.drain_at_close and not self._stopping and self._loop.is_running():
             self._closing = True
             drain = asyncio.run_coroutine_threadsafe(self._drain(), self._loop)
             try:
-                drain.result(timeout=self.trial_timeout + CLAIM_WAIT_MARGIN_S)
+                drain.result(timeout=self.claim_wait_s)
             except concurrent.futures.TimeoutError:
                 self.problems.append("rollouts still running at the end of the session were cancelled")
         self.stop()
-        if self._watchdog is not None:
-            self._watchdog.cancel()
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(self._aclose(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
@@ -234,36 +222,40 @@ class Dispatcher:
     def in_flight(self) -> int:
         return self._slots.in_use
 
-    # -- pytest's thread: waiting ------------------------------------------------------
+    @property
+    def gym_dead(self) -> str | None:
+        """Why the deployment is known dead: every later trial fails at once with this."""
+        return self._health.dead
 
-    def _advance(self, spec: TrialSpec) -> None:
-        index = self._index.get(spec.nodeid)
-        if index is not None and index + 1 > self._position:
-            self._position = index + 1
-            if self._feeder_waiting:
-                self._loop.call_soon_threadsafe(self._wake)
+    # -- what the claims ask of this process (``claims.Here``), from pytest's thread ------------
 
-    def _local(self, nodeid: str) -> concurrent.futures.Future[TrialOutcome] | None:
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def claim_wait_s(self) -> float:
+        return self.trial_timeout + CLAIM_WAIT_MARGIN_S
+
+    def held(self, nodeid: str) -> concurrent.futures.Future[TrialOutcome] | None:
         with self._lock:
             future = self._running.get(nodeid)
             if future is not None:
                 self._waiting.add(nodeid)
             return future
 
-    def _start_now(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | None:
-        """Claim and start a trial pytest needs now; None if stopping or another process claimed it."""
+    def start_now(self, spec: TrialSpec, taken_over: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
         if self._stopping or not self._loop.is_running():
             return None
-        started = asyncio.run_coroutine_threadsafe(self._claim_now(spec), self._loop).result()
+        started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, taken_over), self._loop).result()
         if started is not None:
-            self.counts["on_demand"] += 1
+            if not taken_over:
+                self.counts["on_demand"] += 1
             with self._lock:
                 self._waiting.add(spec.nodeid)
         return started
 
-    def _wait_local(
-        self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None
-    ) -> TrialOutcome:
+    def wait(self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> TrialOutcome:
         try:
             outcome = future.result(timeout=timeout)
             self.counts["here"] += 1
@@ -275,63 +267,12 @@ class Dispatcher:
                 if future.done() and self._running.get(nodeid) is future:
                     del self._running[nodeid]
 
-    def _board_result(self, spec: TrialSpec, timeout: float | None) -> TrialOutcome:
-        from pytest_gym.rollout.claims import alive
-
-        board = self.board
-        assert board is not None
-        nodeid = spec.nodeid
-        started = time.monotonic()
-        deadline: float | None = None
-        pause = _POLL_MIN_S
-        checked: tuple[int, float] | None = None  # (claimant, when it was last seen alive)
-        while True:
-            future = self._local(nodeid)
-            if future is not None:
-                return self._wait_local(nodeid, future, timeout)
-            owner, outcome = board.state(nodeid)
-            if outcome is not None:
-                self.counts["from_board"] += 1
-                return outcome
-            if owner is None:
-                future = self._start_now(spec)
-                if future is not None:
-                    return self._wait_local(nodeid, future, timeout)
-                if self._stopping:
-                    raise concurrent.futures.CancelledError()
-                continue  # another worker claimed it a moment ago
-            now = time.monotonic()
-            fresh = checked is not None and checked[0] == owner and now - checked[1] < _ALIVE_CHECK_S
-            if owner != board.pid and not fresh and not alive(owner):
-                if board.take_over(nodeid, owner):
-                    future = self._take_over_now(spec)
-                    if future is not None:
-                        return self._wait_local(nodeid, future, timeout)
-                    board.release(nodeid)
-                    raise concurrent.futures.CancelledError()
-                continue
-            checked = (owner, now) if not fresh else checked
-            if deadline is None:
-                deadline = now + self.trial_timeout + CLAIM_WAIT_MARGIN_S
-            if now >= deadline or (timeout is not None and now - started >= timeout):
-                return self._fault(
-                    spec,
-                    "timeout",
-                    f"the worker that claimed this trial (pid {owner}) published no result within "
-                    f"{self.trial_timeout + CLAIM_WAIT_MARGIN_S:g} s",
-                )
-            self.counts["polls"] += 1
-            time.sleep(pause)
-            pause = min(_POLL_MAX_S, pause * 1.5)
-
-    def _take_over_now(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | None:
-        if self._stopping or not self._loop.is_running():
-            return None
-        started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, claimed=True), self._loop).result()
-        if started is not None:
-            with self._lock:
-                self._waiting.add(spec.nodeid)
-        return started
+    def _advance(self, spec: TrialSpec) -> None:
+        index = self._index.get(spec.nodeid)
+        if index is not None and index + 1 > self._position:
+            self._position = index + 1
+            if self._feeder_waiting:
+                self._loop.call_soon_threadsafe(self._wake)
 
     # -- the loop thread -----------------------------------------------------------------
 
@@ -340,10 +281,8 @@ class Dispatcher:
             self._progress.set()
 
     def _known(self, nodeid: str) -> bool:
-        """Started by this process, reused, or (with a board) claimed by any."""
-        if nodeid in self._started or nodeid in self.skip:
-            return True
-        return self.board is not None and self.board.claimed(nodeid)
+        """Started by this process, reused, or claimed by another process."""
+        return nodeid in self._started or nodeid in self.skip or self.claims.claimed(nodeid)
 
     async def _feed(self) -> None:
         assert self._progress is not None
@@ -393,25 +332,23 @@ class Dispatcher:
         return None
 
     def _claim(self, spec: TrialSpec) -> bool:
-        if spec.nodeid in self._started:
-            return False
-        return self.board is None or self.board.claim(spec.nodeid)
+        return spec.nodeid not in self._started and self.claims.claim(spec.nodeid)
 
     async def _claim_now(
-        self, spec: TrialSpec, claimed: bool = False
+        self, spec: TrialSpec, taken_over: bool = False
     ) -> concurrent.futures.Future[TrialOutcome] | None:
         with self._lock:
             future = self._running.get(spec.nodeid)
         if future is not None:
             return future
-        if spec.nodeid in self._started and not claimed:
-            if self.board is not None:
-                return None  # ran here and was published: the board has it
+        if spec.nodeid in self._started and not taken_over:
+            if not self.claims.run_again(spec.nodeid):
+                return None
             self._started.discard(spec.nodeid)  # asked again after it was consumed (a rerun): run it again
         await self._slots.acquire(urgent=True)
         with self._lock:
             future = self._running.get(spec.nodeid)
-        if future is not None or self._stopping or not (claimed or self._claim(spec)):
+        if future is not None or self._stopping or not (taken_over or self._claim(spec)):
             self._slots.release()
             return future
         return self._start(spec)
@@ -431,20 +368,23 @@ class Dispatcher:
 
     async def _run(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome]) -> None:
         try:
-            slot = await self._global_slot()
+            slot = await self.claims.acquire_slot()
             try:
-                outcome = await self._rollout(spec)
+                outcome = await self._rollouts.run(spec)
             except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
-                outcome = self._fault(spec, "internal", f"pytest-gym failed to run this trial: {exc!r}")
+                outcome = TrialOutcome.for_spec(
+                    spec, error_class="internal", error=f"pytest-gym failed to run this trial: {exc!r}"
+                )
             finally:
-                if slot is not None:
-                    assert self.global_slots is not None
-                    self.global_slots.release(slot)
+                self.claims.release_slot(slot)
         except asyncio.CancelledError:
             self._slots.release()
-            if self.board is not None:
-                self._guard("the claim board", self.board.release, spec.nodeid)
-            future.set_result(self._fault(spec, "cancelled", "cancelled: the run was stopped before it finished"))
+            self._guard("the claim board", self.claims.release, spec.nodeid)
+            future.set_result(
+                TrialOutcome.for_spec(
+                    spec, error_class="cancelled", error="cancelled: the run was stopped before it finished"
+                )
+            )
             raise
         self._slots.release()
         # Let the next rollout go out before this one is recorded: with few slots, recording is on the
@@ -454,132 +394,19 @@ class Dispatcher:
             await asyncio.sleep(0)
         for listener in self.listeners:
             self._guard("recording a rollout", listener, outcome)
-        if self.board is not None:
-            self._guard("publishing a rollout to the other workers", self.board.publish, outcome)
+        if self._guard("publishing a rollout to the other workers", self.claims.publish, outcome):
             with self._lock:
                 if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:
                     self._running.pop(spec.nodeid, None)
         future.set_result(outcome)
 
-    async def _global_slot(self) -> int | None:
-        """One of the run's C slot files, when the workers outnumber the slots (else None: not needed)."""
-        if self.global_slots is None:
-            return None
-        pause = _POLL_MIN_S
-        while (slot := self.global_slots.try_acquire()) is None:
-            await asyncio.sleep(pause)
-            pause = min(_POLL_MAX_S, pause * 1.5)
-        return slot
-
-    def _guard(self, what: str, call: Callable[..., object], *args: object) -> None:
+    def _guard(self, what: str, call: Callable[..., object], *args: object) -> object:
+        """``call(*args)``; a failure becomes a reported problem (and None), never a stuck trial."""
         try:
-            call(*args)
+            return call(*args)
         except Exception as exc:
             self.problems.append(f"{what} failed: {type(exc).__name__}: {exc}")
-
-    def _fault(self, spec: TrialSpec, error_class: str, message: str) -> TrialOutcome:
-        outcome = self._outcome(spec)
-        outcome.error_class, outcome.error = error_class, message
-        return outcome
-
-    def _outcome(self, spec: TrialSpec) -> TrialOutcome:
-        return TrialOutcome.for_spec(spec)
-
-    async def _post(self, url: str, body: dict[str, Any], reward_key: str) -> tuple[dict[str, Any], float, float]:
-        return await post_rollout(self._http, url, body, self.trial_timeout, reward_key)
-
-    async def _rollout(self, spec: TrialSpec) -> TrialOutcome:
-        outcome = self._outcome(spec)
-        try:
-            row = spec.task.load_row()
-            own = row_agent(row)
-            agent = spec.agent or own or self.default_agent
-            if agent is None:
-                raise GymError(
-                    "no agent for this row: pass --gym-agent NAME (Gym's agents here: "
-                    f"{', '.join(self.endpoint.agents) or 'none'})"
-                )
-            outcome.agent = agent
-            url = self.endpoint.route_for(agent)
-            body = build_request(row, agent if spec.agent or not own else None, spec.task_index, spec.repeat)
-            outcome.request = body
-            answer, reward, latency = await self._post_with_retries(url, body, spec.reward_key, outcome)
-        except TrialFault as fault:
-            outcome.error_class, outcome.error, outcome.http_status = (
-                fault.error_class,
-                fault.message,
-                fault.http_status,
-            )
-            return outcome
-        except (GymError, DatasetError, OSError) as exc:
-            outcome.error_class, outcome.error = "setup", str(exc)
-            return outcome
-        outcome.answer, outcome.reward, outcome.latency_s = answer, reward, latency
-        outcome.tokens = token_usage(answer)
-        return outcome
-
-    async def _post_with_retries(
-        self, url: str, body: dict[str, Any], reward_key: str, outcome: TrialOutcome
-    ) -> tuple[dict[str, Any], float, float]:
-        """POST, and again after an infrastructure fault (never after a reward), up to ``retries`` more times."""
-        attempt = 1
-        while True:
-            outcome.attempts = attempt
-            if self.gym_dead is not None:
-                raise TrialFault("gym_died", self.gym_dead)
-            try:
-                return await self._post_unless_gym_dies(url, body, reward_key)
-            except TrialFault as fault:
-                if fault.error_class in ("connection", "http_status", "timeout", "gym_failure"):
-                    self._check_gym_alive()
-                    if self.gym_dead is not None:
-                        raise TrialFault("gym_died", self.gym_dead) from None
-                if attempt > self.retries or not is_retryable(fault.error_class, fault.http_status):
-                    if attempt > 1:
-                        fault.message = f"{fault.message} (after {attempt} attempts)"
-                    raise
-                self.counts["retries"] += 1
-                await asyncio.sleep(backoff_s(attempt))
-                attempt += 1
-
-    def _dead(self) -> asyncio.Event:
-        if self._dead_event is None:
-            self._dead_event = asyncio.Event()
-        return self._dead_event
-
-    async def _post_unless_gym_dies(
-        self, url: str, body: dict[str, Any], reward_key: str
-    ) -> tuple[dict[str, Any], float, float]:
-        """The POST, abandoned as soon as the watchdog sees a server of the deployment die."""
-        post = asyncio.ensure_future(self._post(url, body, reward_key))
-        dead = asyncio.ensure_future(self._dead().wait())
-        try:
-            await asyncio.wait({post, dead}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            dead.cancel()
-            if not post.done():
-                post.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await post
-        if not post.cancelled() and post.done():
-            return post.result()
-        raise TrialFault("gym_died", self.gym_dead or "Gym stopped answering")
-
-    async def _watch(self, interval_s: float = 1.0) -> None:
-        """Look at the deployment's processes every second while this process runs trials."""
-        while not (self._closing or self._stopping) and self.gym_dead is None:
-            await asyncio.sleep(interval_s)
-            self._check_gym_alive()
-        if self.gym_dead is not None:
-            self._dead().set()
-
-    def _check_gym_alive(self) -> None:
-        """After a fault, tell a dead deployment from a flaky call: name the dead server and the log."""
-        dead = self.endpoint.dead_servers()
-        if dead:
-            names = ", ".join(f"{d.process_name} (pid {d.pid})" for d in dead)
-            log = f"; see {self.endpoint.log_path}" if self.endpoint.log_path else ""
-            self.gym_dead = f"Gym server {names} is no longer running{log}"
+            return None
 
     async def _drain(self) -> None:
         self._wake()
@@ -596,14 +423,4 @@ class Dispatcher:
 
     async def _aclose(self) -> None:
         await self._http.aclose()
-        if self.board is not None:
-            self.board.close()
-        if self.global_slots is not None:
-            self.global_slots.close()
-
-
-def row_agent(row: dict[str, object]) -> str | None:
-    ref = row.get("agent_ref")
-    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
-        return str(ref["name"])
-    return None
+        self.claims.close()

@@ -1,40 +1,61 @@
-"""POST one row to Gym's ``/run`` and tell a result from an infrastructure fault.
+"""One trial over HTTP: the row to Gym's ``/run``, retries, and a result told from an infrastructure fault.
 
-Knows nothing of pytest. A reward (any finite number) is a result; everything
-else (no connection, a timeout, an HTTP error, a body that is not JSON or has
-no numeric reward) is a fault, reported with a class and a message a user can
-act on.
+Knows nothing of pytest nor of scheduling. A reward (any finite number) is a
+result; everything else (no connection, a timeout, an HTTP error, a body that is
+not JSON or has no numeric reward) is a fault, reported with a class and a
+message a user can act on. ``Rollouts`` turns a ``TrialSpec`` into a
+``TrialOutcome``: it builds the request, posts it, retries infrastructure faults
+(``--gym-retries``) and, after a fault, asks ``Health`` whether Gym died.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import math
 import time
 from typing import Any
 
+from pytest_gym.core.dataset import DatasetError
+from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
-from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError
-from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.rollout.health import Health
+from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
+from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _EXCERPT = 200
+#: Fault classes after which the deployment's health is checked (the call may have failed because Gym died).
+_HEALTH_CLASSES = frozenset({"connection", "http_status", "timeout", "gym_failure"})
 
 
 class TrialFault(Exception):
     """An infrastructure fault: the trial has no reward to judge."""
 
-    def __init__(self, error_class: str, message: str, http_status: int | None = None) -> None:
+    def __init__(
+        self, error_class: str, message: str, http_status: int | None = None, retry_after_s: float | None = None
+    ) -> None:
         super().__init__(message)
         self.error_class = error_class
         self.message = message
         self.http_status = http_status
+        #: Seconds a 429/503 answer's ``Retry-After`` asked to wait.
+        self.retry_after_s = retry_after_s
 
 
 def _excerpt(data: bytes) -> str:
     text = data[:_EXCERPT].decode("utf-8", "replace").replace("\n", " ")
     return mask_secrets(text) + ("..." if len(data) > _EXCERPT else "")
+
+
+def row_agent(row: dict[str, object]) -> str | None:
+    """The agent a row names itself (``agent_ref.name``), if any."""
+    ref = row.get("agent_ref")
+    if isinstance(ref, dict) and isinstance(ref.get("name"), str):
+        return str(ref["name"])
+    return None
 
 
 def build_request(row: dict[str, Any], agent: str | None, task_index: int, repeat: int) -> dict[str, Any]:
@@ -47,10 +68,21 @@ def build_request(row: dict[str, Any], agent: str | None, task_index: int, repea
     return body
 
 
-def parse_answer(status: int, data: bytes, url: str, reward_key: str) -> tuple[dict[str, Any], float]:
+def encode(body: dict[str, Any]) -> bytes:
+    """The request body as JSON bytes (once per trial, not per attempt); TrialFault("setup") if it cannot be."""
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise TrialFault("setup", f"the row cannot be sent as JSON: {exc}") from None
+
+
+def parse_answer(
+    status: int, data: bytes, url: str, reward_key: str, retry_after: str | None = None
+) -> tuple[dict[str, Any], float]:
     """Decode Gym's answer to ``/run``; raise TrialFault for anything that is not a reward."""
     if status >= 400:
-        raise TrialFault("http_status", f"HTTP {status} from {url}: {_excerpt(data)}", status)
+        wait = retry_after_s(retry_after) if status in (429, 503) else None
+        raise TrialFault("http_status", f"HTTP {status} from {url}: {_excerpt(data)}", status, wait)
     try:
         answer = json.loads(data)
     except (ValueError, RecursionError):
@@ -75,18 +107,32 @@ def parse_answer(status: int, data: bytes, url: str, reward_key: str) -> tuple[d
 
 
 async def post_rollout(
-    http: HTTPPool, url: str, body: dict[str, Any], timeout: float, reward_key: str
+    http: HTTPPool,
+    url: str,
+    payload: bytes,
+    timeout: float,
+    reward_key: str,
+    dead: asyncio.Future[None] | None = None,
 ) -> tuple[dict[str, Any], float, float]:
-    """One rollout over the keep-alive pool: (answer, reward, latency in seconds), or TrialFault."""
+    """One POST over the keep-alive pool: (answer, reward, latency in seconds), or TrialFault.
+
+    Abandoned ("gym_died") as soon as ``dead`` is done: Gym will not answer any more.
+    """
     started = time.perf_counter()
+    request = asyncio.ensure_future(http.request("POST", url, payload, MAX_BODY_BYTES))
+    waits = (request,) if dead is None else (request, dead)
     try:
-        payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-    except (TypeError, ValueError) as exc:
-        raise TrialFault("setup", f"the row cannot be sent as JSON: {exc}") from None
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        request.cancel()  # it closes its connection as it ends
+        raise
+    if not request.done():
+        request.cancel()
+        if dead is not None and dead.done():
+            raise TrialFault("gym_died", "Gym stopped answering")
+        raise TrialFault("timeout", f"no answer from {url} within {timeout:g} s (--gym-trial-timeout)")
     try:
-        status, data = await asyncio.wait_for(http.post(url, payload, MAX_BODY_BYTES), timeout)
-    except asyncio.TimeoutError:
-        raise TrialFault("timeout", f"no answer from {url} within {timeout:g} s (--gym-trial-timeout)") from None
+        status, data, retry_after = request.result()
     except BodyTooLarge as exc:
         raise TrialFault(
             "bad_body",
@@ -97,7 +143,7 @@ async def post_rollout(
         raise TrialFault("connection", f"cannot reach {url}: the server closed the connection mid-answer") from None
     except (OSError, ProtocolError) as exc:
         raise TrialFault("connection", f"cannot reach {url}: {type(exc).__name__}: {mask_secrets(str(exc))}") from None
-    answer, reward = parse_answer(status, data, url, reward_key)
+    answer, reward = parse_answer(status, data, url, reward_key, retry_after)
     return answer, reward, time.perf_counter() - started
 
 
@@ -109,11 +155,11 @@ def post_rollout_once(
     async def once() -> tuple[dict[str, Any], float, float]:
         http = HTTPPool()
         try:
-            return await post_rollout(http, url, body, timeout, reward_key)
+            return await post_rollout(http, url, encode(body), timeout, reward_key)
         finally:
             await http.aclose()
 
-    return asyncio.run(once())
+    return run_blocking(once())
 
 
 def token_usage(answer: dict[str, Any]) -> dict[str, int]:
@@ -124,3 +170,81 @@ def token_usage(answer: dict[str, Any]) -> dict[str, int]:
     return {
         k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)
     }
+
+
+class Rollouts:
+    """Runs one trial's rollout from its spec to its outcome, on the dispatcher's event loop."""
+
+    def __init__(
+        self,
+        endpoint: GymEndpoint,
+        http: HTTPPool,
+        health: Health,
+        trial_timeout: float,
+        default_agent: str | None,
+        retries: int,
+        counts: collections.Counter[str],
+    ) -> None:
+        self.endpoint = endpoint
+        self.http = http
+        self.health = health
+        self.trial_timeout = trial_timeout
+        self.default_agent = default_agent
+        self.retries = max(0, retries)
+        self.counts = counts
+
+    async def run(self, spec: TrialSpec) -> TrialOutcome:
+        """The trial's outcome: a reward, or a fault with its class (never raises for a fault)."""
+        outcome = TrialOutcome.for_spec(spec)
+        try:
+            row = spec.task.load_row()
+            own = row_agent(row)
+            agent = spec.agent or own or self.default_agent
+            if agent is None:
+                raise GymError(
+                    "no agent for this row: pass --gym-agent NAME (Gym's agents here: "
+                    f"{', '.join(self.endpoint.agents) or 'none'})"
+                )
+            outcome.agent = agent
+            url = self.endpoint.route_for(agent)
+            body = build_request(row, agent if spec.agent or not own else None, spec.task_index, spec.repeat)
+            outcome.request = body
+            answer, reward, latency = await self._post(url, encode(body), spec.reward_key, outcome)
+        except TrialFault as fault:
+            outcome.error_class, outcome.error, outcome.http_status = (
+                fault.error_class,
+                fault.message,
+                fault.http_status,
+            )
+            return outcome
+        except (GymError, DatasetError, OSError) as exc:
+            outcome.error_class, outcome.error = "setup", str(exc)
+            return outcome
+        outcome.answer, outcome.reward, outcome.latency_s = answer, reward, latency
+        outcome.tokens = token_usage(answer)
+        return outcome
+
+    async def _post(
+        self, url: str, payload: bytes, reward_key: str, outcome: TrialOutcome
+    ) -> tuple[dict[str, Any], float, float]:
+        """POST, and again after an infrastructure fault (never after a reward), up to ``retries`` more times."""
+        health = self.health
+        attempt = 1
+        while True:
+            outcome.attempts = attempt
+            if health.dead is not None:
+                raise TrialFault("gym_died", health.dead)
+            try:
+                return await post_rollout(self.http, url, payload, self.trial_timeout, reward_key, health.signal())
+            except TrialFault as fault:
+                if fault.error_class == "gym_died" or (
+                    fault.error_class in _HEALTH_CLASSES and await health.check() is not None
+                ):
+                    raise TrialFault("gym_died", health.dead or fault.message) from None
+                if attempt > self.retries or not is_retryable(fault.error_class, fault.http_status):
+                    if attempt > 1:
+                        fault.message = f"{fault.message} (after {attempt} attempts)"
+                    raise
+                self.counts["retries"] += 1
+                await asyncio.sleep(retry_delay_s(attempt, fault.retry_after_s, self.trial_timeout))
+                attempt += 1

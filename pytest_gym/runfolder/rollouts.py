@@ -14,9 +14,9 @@ trial outcomes. The formats copy ``nemo_gym/rollout_collection.py`` of nemo-gym 
     one trial are not rows of their own): ``_ng_failure_class`` (``agent_run_error`` when a server answered
     with a status other than 429/502/503/504, else ``agent_request_failed``), ``_ng_failure_type``,
     ``_ng_failure_message``, ``_ng_failure_http_status``, ``_ng_failure_response_body``, the same request
-    stamps, and pytest-gym's own ``_pytest_gym_nodeid``, ``_pytest_gym_task_hash``, ``_pytest_gym_attempts``
-    (underscore keys: Gym's metrics skip them). A cancelled trial writes no row, as Gym writes none for a
-    rollout that was stopped: the absence is the signal.
+    stamps, and pytest-gym's own ``_pytest_gym_nodeid``, ``_pytest_gym_task_hash``, ``_pytest_gym_attempts``,
+    ``_pytest_gym_latency_s`` (underscore keys: Gym's metrics skip them; rewarded records carry the same four).
+    A cancelled trial writes no row, as Gym writes none for a rollout that was stopped: the absence is the signal.
 ``rollouts_materialized_inputs.jsonl``
     The request body as POSTed (the row, ``agent_ref``, ``_ng_task_index``, ``_ng_rollout_index``), written
     when the trial finishes rather than before the run, so it lists the trials that ran, in completion order.
@@ -118,6 +118,7 @@ def rollout_record(outcome: TrialOutcome, server: EnvironmentServer | None = Non
     record["_pytest_gym_nodeid"] = outcome.nodeid
     record["_pytest_gym_task_hash"] = outcome.task_hash
     record["_pytest_gym_attempts"] = outcome.attempts
+    record["_pytest_gym_latency_s"] = round(outcome.latency_s, 4)
     return record
 
 
@@ -138,6 +139,7 @@ def failure_record(outcome: TrialOutcome, server: EnvironmentServer | None = Non
     record["_pytest_gym_nodeid"] = outcome.nodeid
     record["_pytest_gym_task_hash"] = outcome.task_hash
     record["_pytest_gym_attempts"] = outcome.attempts
+    record["_pytest_gym_latency_s"] = round(outcome.latency_s, 4)
     return record
 
 

@@ -1,0 +1,176 @@
+"""Run one command (Gym, or the scripted policy) for as long as the pytest run that started it.
+
+``python -m pytest_gym.gym.supervisor --first INT --grace 30 --state-file F [--owner PID] -- CMD ...``
+
+pytest starts this in a session of its own, with a pipe as its stdin. It starts
+``CMD`` as the leader of a new process group (Gym's servers and Ray join that
+group) and stops the whole group, SIGINT (``--first``) then after ``--grace``
+seconds SIGTERM and SIGKILL, when:
+
+- pytest asks (a ``stop`` line on the pipe, or SIGUSR1 from another pytest process);
+- pytest is gone, however it ended (SIGKILL included): the pipe reaches EOF, or,
+  when the starter is an xdist worker, the run's owner (``--owner``) is gone;
+- the command exits by itself (then only what it left behind is stopped).
+
+It ignores SIGINT, SIGTERM and SIGHUP: a Ctrl-C, a CI cancel or a closed terminal
+reaches pytest, which stops the run; a stop that has begun is always finished.
+Standard library only, and it writes ``{"supervisor", "pid"}`` to the state file
+once the command runs and adds ``"ended"`` and ``"code"`` when it is over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pytest_gym.core.pids import pid_alive
+from pytest_gym.gym.processes import process_start_time, stop_group
+
+#: Seconds between checks of the command and the owner (the pipe and signals wake the loop at once).
+POLL_S = 0.25
+#: Grace for what the command left behind when it exited by itself.
+LEFTOVER_GRACE_S = 2.0
+
+
+def _child_setup() -> None:
+    # Ignored signals survive exec: the command must get SIGINT/SIGTERM/SIGHUP back, and its own group.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    os.setpgid(0, 0)
+
+
+def _write_state(path: Path, state: dict[str, object]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(state), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _say(text: str) -> None:
+    print(f"pytest-gym supervisor: {text}", flush=True)
+
+
+class _Owner:
+    """The pytest process whose end ends the run, told apart from a later process with its pid."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.started = process_start_time(pid)
+
+    def alive(self) -> bool:
+        return pid_alive(self.pid) and process_start_time(self.pid) == self.started
+
+
+def _session_members() -> list[int]:
+    """Other live processes of this supervisor's session: what left the command's group (Ray's workers
+    move to groups of their own) but not the session. Empty without procfs."""
+    me, sid = os.getpid(), os.getsid(0)
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == me:
+                continue
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+                if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+                    found.append(int(entry))
+    return found
+
+
+def _sweep_session(grace: float = 2.0) -> str:
+    """Stop what is left in the session once the command's group is gone: SIGTERM, then SIGKILL."""
+    left = _session_members()
+    count = len(left)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not left:
+            break
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while left and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = [pid for pid in left if pid_alive(pid)]
+    if not count:
+        return ""
+    if left:
+        return f"; {len(left)} of {count} process(es) that left its group survived SIGKILL"
+    return f"; {count} process(es) that left its group stopped"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_gym.gym.supervisor")
+    parser.add_argument("--first", choices=("INT", "TERM"), default="INT", help="signal that starts the stop")
+    parser.add_argument("--grace", type=float, default=30.0, help="seconds after it before SIGTERM and SIGKILL")
+    parser.add_argument("--state-file", required=True)
+    parser.add_argument("--owner", type=int, help="stop when this pid is gone (and not on EOF of stdin)")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run")
+    first = signal.SIGINT if args.first == "INT" else signal.SIGTERM
+    state_file = Path(args.state_file)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    requested: list[str] = []
+    signal.signal(signal.SIGUSR1, lambda *_: requested.append("asked to stop (SIGUSR1)"))
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the loop when the command exits
+
+    owner = _Owner(args.owner) if args.owner else None
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
+    _write_state(state_file, {"supervisor": os.getpid(), "pid": child.pid})
+
+    stdin_fd: int | None = sys.stdin.fileno()
+    reason = ""
+    while not reason:
+        code = child.poll()
+        if code is not None:
+            ended = stop_group(child.pid, LEFTOVER_GRACE_S, None, first=signal.SIGTERM)
+            note = f"exited with code {code}" + ("" if ended == "already stopped" else f"; what it left: {ended}")
+            note += _sweep_session()
+            _say(f"{command[0]} {note}")
+            _write_state(state_file, {"supervisor": os.getpid(), "pid": child.pid, "ended": note, "code": code})
+            return code if code >= 0 else 128 - code
+        if requested:
+            reason = requested[0]
+            break
+        if owner is not None and not owner.alive():
+            reason = f"the pytest run (pid {owner.pid}) is gone"
+            break
+        watched = [wake_r] + ([stdin_fd] if stdin_fd is not None else [])
+        with contextlib.suppress(InterruptedError):
+            ready, _, _ = select.select(watched, [], [], POLL_S)
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+            if stdin_fd is not None and stdin_fd in ready:
+                data = os.read(stdin_fd, 512)
+                if b"stop" in data:
+                    reason = "asked to stop"
+                elif not data:
+                    if owner is None:
+                        reason = "pytest is gone (its pipe closed)"
+                    stdin_fd = None  # the starter (an xdist worker) ended; the owner is still watched
+    _say(f"{reason}: stopping {command[0]} (pid {child.pid}) with SIG{args.first}, grace {args.grace:g} s")
+    began = time.monotonic()
+    ended = stop_group(child.pid, args.grace, child, first=first) + _sweep_session()
+    _say(f"{ended} after {time.monotonic() - began:.1f} s")
+    _write_state(state_file, {"supervisor": os.getpid(), "pid": child.pid, "ended": ended, "code": child.returncode})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

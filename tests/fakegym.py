@@ -1,0 +1,180 @@
+"""A fake ``gym`` command for process-lifetime and command-line tests (hostile input, no real Gym needed).
+
+It records its argv, working folder and (as a digest) the policy key it received, serves a head server
+with one agent on ``++head_server.port``, spawns a child in its process group and records both pids.
+On SIGINT it takes ``FAKE_GYM_STOP_S`` seconds to stop, like Gym's slow shutdown; with
+``FAKE_GYM_ORPHAN=1`` its child ignores SIGINT and is left behind, so only a signal to the whole group
+stops it. With ``FAKE_GYM_FAIL=1`` it prints a pydantic error, 70 lines of noise and exits 1.
+Every process of a test run carries ``PYTEST_GYM_TEST_MARK`` in its environment: ``marked`` finds them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import stat
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+# Imported here, before any in-process pytester run: a run that imports it first has it dropped from
+# sys.modules at its end, and the re-imported module no longer matches its cached C extension
+# ("could not determine a constructor for the tag None" in the next run's discover()).
+import yaml  # noqa: F401
+
+MARK = "PYTEST_GYM_TEST_MARK"
+
+SCRIPT = r"""
+import hashlib, json, os, signal, subprocess, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+record = os.environ["FAKE_GYM_RECORD"]
+os.makedirs(record, exist_ok=True)
+key = os.environ.get("GYM_POLICY_API_KEY")
+with open(os.path.join(record, "argv.json"), "w") as fh:
+    json.dump({"argv": sys.argv, "cwd": os.getcwd(),
+               "key_sha256": hashlib.sha256(key.encode()).hexdigest() if key else None}, fh)
+print("fake gym: starting", flush=True)
+if os.environ.get("FAKE_GYM_FAIL"):
+    print("Traceback (most recent call last):")
+    print('  File "nemo_gym/global_config.py", line 1, in parse')
+    print("pydantic_core._pydantic_core.ValidationError: 1 validation error for ServerConfig")
+    print("entrypoint")
+    print("  Field required [type=missing]")
+    for i in range(70):
+        print(f"INFO shutting down component {i}")
+    sys.exit(1)
+port = int(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("++head_server.port=")))
+child_code = "import signal, time\n"
+if os.environ.get("FAKE_GYM_ORPHAN"):
+    child_code += "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+child_code += "time.sleep(600)\n"
+child = subprocess.Popen([sys.executable, "-c", child_code])
+with open(os.path.join(record, "pids.json"), "w") as fh:
+    json.dump({"gym": os.getpid(), "child": child.pid}, fh)
+url = f"http://127.0.0.1:{port}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def send(self, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/server_instances":
+            self.send([{"process_name": "fake_agent", "server_type": "responses_api_agents",
+                        "name": "simple_agent", "url": url + "/agent", "pid": os.getpid()}])
+        elif self.path == "/global_config_dict_yaml":
+            self.send("fake_agent: {}\n")
+        else:
+            self.send({"status": "ok"})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.endswith("/aggregate_metrics"):
+            self.send({"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": []})
+        else:
+            self.send({"reward": 1.0, "response": {"usage": {"input_tokens": 1, "output_tokens": 1,
+                                                              "total_tokens": 2}}})
+
+
+server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+stop = threading.Event()
+signal.signal(signal.SIGINT, lambda *_: stop.set())
+print(f"fake gym: serving {url}", flush=True)
+while not stop.wait(0.2):
+    pass
+print("fake gym: SIGINT, stopping slowly", flush=True)
+time.sleep(float(os.environ.get("FAKE_GYM_STOP_S", "0")))
+if not os.environ.get("FAKE_GYM_ORPHAN"):
+    child.terminate()
+    child.wait()
+print("fake gym: stopped", flush=True)
+"""
+
+
+def install(folder: Path) -> Path:
+    """Write the fake ``gym`` executable into ``folder``; it runs with this interpreter."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "gym"
+    path.write_text(f"#!{sys.executable}\n{SCRIPT}", encoding="utf-8")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _state(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return b"X"
+
+
+def marked(token: str) -> dict[int, str]:
+    """Live (not zombie) processes whose environment carries ``MARK=token``: pid -> command line."""
+    needle = f"{MARK}={token}".encode() + b"\0"
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        pid = int(entry)
+        if needle in _environ(pid) and _state(pid) not in (b"Z", b"X"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    found[pid] = fh.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+            except OSError:
+                continue
+    return found
+
+
+def wait_gone(token: str, timeout: float) -> tuple[dict[int, str], float]:
+    """Poll until no marked process is alive (bounded); what is still alive, and the seconds it took."""
+    start = time.monotonic()
+    alive = marked(token)
+    while alive and time.monotonic() - start < timeout:
+        time.sleep(0.1)
+        alive = marked(token)
+    return alive, time.monotonic() - start
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """Clean up after a failed test: SIGKILL what is left, by pid."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def start_args(fake: Path, *args: str) -> tuple[str, ...]:
+    """Command-line arguments that start the fake Gym (with the scripted policy), run folder ``run``."""
+    return (
+        "--gym-resources-server", "fake", "--gym-policy", "scripted", "--gym-cli", str(fake), "--gym-run-dir", "run",
+        "--gym-shutdown-grace", "5", *args,
+    )  # fmt: skip
+
+
+def recorded_argv(folder: Path) -> list[str]:
+    """The argv the fake Gym was started with."""
+    import json
+
+    argv: list[str] = json.loads((folder / "argv.json").read_text(encoding="utf-8"))["argv"]
+    return argv
