@@ -332,8 +332,14 @@ def _collect(run_dir: Path, mask: _Masker) -> dict[tuple[str, str], _Task]:
     return tasks
 
 
-def _materialized_rows(run_dir: Path, wanted: set[str]) -> dict[str, dict[str, Any]]:
-    """task hash -> the row as sent, for the tasks in ``wanted``."""
+def _materialized_rows(
+    run_dir: Path, wanted: set[str], by_index: Mapping[int, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """task hash -> the row as sent, for the tasks in ``wanted``.
+
+    A row is found by its content hash, or else by its task index (``by_index``, from the rollout records):
+    a row whose secrets were masked when it was written no longer hashes to its task.
+    """
     rows: dict[str, dict[str, Any]] = {}
     seen: dict[Any, list[dict[str, Any]]] = {}  # task index -> rows already hashed (the repeats of a task are equal)
     for request in read_jsonl(run_dir / MATERIALIZED_FILE):
@@ -345,9 +351,13 @@ def _materialized_rows(run_dir: Path, wanted: set[str]) -> dict[str, dict[str, A
         if any(row == known for known in same_index):
             continue
         same_index.append(row)
-        for digest in _request_hashes(request):
+        digests = _request_hashes(request)
+        if by_index is not None and isinstance(index, int) and index in by_index:
+            digests.append(by_index[index])
+        for digest in digests:
             if digest in wanted and digest not in rows:
                 rows[digest] = _row_of_request(request)
+                break
                 break
     return rows
 
@@ -490,7 +500,8 @@ class _Builder:
         reward_key = str(basis.get("reward_key") or "reward")
 
         collected = _collect(run_dir, self.mask)
-        rows = _materialized_rows(run_dir, {t.key for t in collected.values()})
+        by_index = {t.index: t.key for t in collected.values() if isinstance(t.index, int)}
+        rows = _materialized_rows(run_dir, {t.key for t in collected.values()}, by_index)
         known = {self.mask.text(str(n)) for n in suites_summary}
         names = list(suites_summary) + sorted({t.suite for t in collected.values()} - known)
         plan = []
