@@ -12,7 +12,7 @@ import json
 import pytest
 
 #: What registering the options may load: the plugin module, its option table, hook specs and xdist wiring
-#: with the two small standard-library modules those use.
+#: with the small standard-library modules those use (the dataset's errors are masked: core.masking).
 CHEAP = {
     "pytest_gym",
     "pytest_gym.plugin",
@@ -22,6 +22,7 @@ CHEAP = {
     "pytest_gym.core.options",
     "pytest_gym.core.outcome",
     "pytest_gym.core.dataset",
+    "pytest_gym.core.masking",
     "pytest_gym.runfolder",
     "pytest_gym.runfolder.location",
 }
