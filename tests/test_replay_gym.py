@@ -38,6 +38,13 @@ ROWS = [json.loads(line) for line in EXAMPLE.read_text().splitlines() if line.st
 ANSWERS = ["\\boxed{B}", "\\boxed{C}", "\\boxed{E}"]
 
 
+def policy_calls(stack: Stack) -> int | None:
+    """The scripted policy's call count; None once a replay replaced the model (the other test, any order)."""
+    if stack.policy is None:
+        return None
+    return int(stats(stack.policy_url)["calls"])
+
+
 def stats(url: str) -> dict[str, Any]:
     status, data = fetch("GET", url.removesuffix("/v1") + "/_stats")
     assert status == 200
@@ -76,7 +83,8 @@ class Stack:
 
     def run(self, task: int, repeat: int, row: dict[str, Any] | None = None) -> float | str:
         try:
-            return float(self.server.run(row or ROWS[task], agent=AGENT, task_index=task, repeat=repeat)["reward"])
+            answer = self.server.run(row or ROWS[task], agent=AGENT, task_index=task, repeat=repeat, timeout=120)
+            return float(answer["reward"])
         except TrialFault as fault:
             return f"fault: {fault.message}"
 
@@ -155,7 +163,8 @@ def test_replay_gives_the_recorded_rewards_with_no_model_and_a_changed_prompt_fa
 
 
 def test_rescore_verifies_saved_answers_again_without_calling_the_model(stack: Stack, tmp_path: Path) -> None:
-    stack.stop_model()  # no model at all: any model call would fail
+    # The model stays up (the other test of this module, in any order, needs it): no call may reach it.
+    calls_before = policy_calls(stack)
     run_dir = tmp_path / "run"
     expected = ["B", "C", "I", "E", "E"]
     with RunFolderWriter(run_dir) as writer:
@@ -192,6 +201,7 @@ def test_rescore_verifies_saved_answers_again_without_calling_the_model(stack: S
     assert records[0]["_ng_task_index"] == 0
     (run_dir / ROLLOUTS_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
     result = rescore(run_dir, stack.endpoint)
+    assert policy_calls(stack) == calls_before
     (flip,) = result.changed
     assert (flip.task_index, flip.old_reward, flip.new_reward, flip.nodeid) == (0, 0.0, 1.0, "example.jsonl::t0[r0]")
     rescored = read_jsonl(run_dir / RESCORED_FILE)
