@@ -137,7 +137,7 @@ def iter_rows(path: Path) -> Iterator[tuple[int, int, bytes]]:
 def _label(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
-    text = str(value)
+    text = value if isinstance(value, str) else str(value)
     return text if 0 < len(text) <= FIELD_VALUE_MAX else None
 
 
@@ -152,8 +152,12 @@ def row_fields(row: dict[str, Any], names: Sequence[str]) -> tuple[tuple[str, st
         value = row.get(name)
         if value is None:
             continue
-        items = value[:FIELD_LIST_MAX] if isinstance(value, list) else (value,)
-        found.extend((name, text) for text in map(_label, items) if text is not None)
+        if isinstance(value, list):
+            found.extend((name, text) for text in map(_label, value[:FIELD_LIST_MAX]) if text is not None)
+        else:
+            text = _label(value)
+            if text is not None:
+                found.append((name, text))
     return tuple(found)
 
 

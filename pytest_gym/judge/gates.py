@@ -240,7 +240,7 @@ def evaluate(
         return GateResult(gate, value, True, reason)
     if comparison is not None and gate.metric in ("new_failures", "fixed"):
         named = comparison.new_failures if gate.metric == "new_failures" else comparison.fixed
-        return GateResult(gate, value, False, f"{reason}: {comparison.describe(named)}")
+        return GateResult(gate, value, False, f"{reason}: {comparison.describe(named)}" if named else reason)
     undecided, needed = _needed(gate, stats)
     if not undecided:
         return GateResult(gate, value, False, reason)

@@ -181,7 +181,7 @@ class SuiteResults:
             rewards: dict[str, list[float]] = defaultdict(list)
             errors: dict[str, int] = defaultdict(int)
             lines = {}
-            for r in records:
+            for r in sorted(records, key=lambda r: (r.line, r.task_hash, r.repeat)):  # dataset order, any arrival
                 lines[r.task_hash] = r.line
                 if r.reward is not None and not r.error:
                     rewards[r.task_hash].append(r.reward)
