@@ -98,9 +98,7 @@ metric_texts = st.sampled_from(
         "new_failures",
         "fixed",
     ]
-) | (
-    st.tuples(st.sampled_from("@^"), st.integers(min_value=1, max_value=10**6)).map(lambda t: f"pass{t[0]}{t[1]}")
-)
+) | (st.tuples(st.sampled_from("@^"), st.integers(min_value=1, max_value=10**6)).map(lambda t: f"pass{t[0]}{t[1]}"))
 spaces = st.sampled_from(["", " ", "  ", "\t"])
 
 
