@@ -95,6 +95,14 @@ class GymTrial(pytest.Function):
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.spec.task.line - 1, f"{self.path.name}:{self.spec.task.line} {self.name}"
 
+    def listextrakeywords(self) -> set[str]:
+        """What ``-k`` matches besides the names: also the row's label fields, made only when ``-k`` asks."""
+        found = super().listextrakeywords()
+        parent = self.parent
+        if self.spec.task.packed_fields and isinstance(parent, GymDatasetFile):
+            found.update(_keywords(self.spec.task, frozenset(parent.keyword_fields)))
+        return found
+
 
 class GymDatasetFile(pytest.File):
     """A jsonl dataset given with ``--gym-dataset`` (or the ``gym_dataset`` ini setting)."""
@@ -137,16 +145,12 @@ class GymDatasetFile(pytest.File):
             )
         self._warn_duplicates(tasks)
         fixtureinfo = None
-        keyword_fields = frozenset(self.keyword_fields)
         marks: dict[str, pytest.MarkDecorator] = {}
         for index, task in enumerate(tasks):
-            keywords = _keywords(task, keyword_fields) if task.fields else None
-            task_marks = self._marks(task, marks) if self.marker_field and task.fields else ()
+            task_marks = self._marks(task, marks) if self.marker_field and task.packed_fields else ()
             for repeat in range(self.repeats):
                 name = f"{task.short_hash}[r{repeat}]"
                 item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
-                if keywords:
-                    item.extra_keyword_matches.update(keywords)
                 for mark in task_marks:
                     item.add_marker(mark)
                 item.spec = TrialSpec(

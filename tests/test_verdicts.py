@@ -396,11 +396,12 @@ def test_marker_names_are_identifiers(field: str, value: str, expected: str) -> 
 def test_row_fields_are_bounded(tmp_path: Path) -> None:
     rows = [
         row(0, id="a" * 100, name="b" * 101, tags=[f"t{i}" for i in range(40)], category=True, difficulty=2.5),
-        row(1, task_id=7, uuid=None, tags=["x", {"nested": 1}, ["y"], 3]),
+        row(1, task_id=7, uuid=None, tags=["x", {"nested": 1}, ["y"], 3], name="a\x1fb"),
     ]
     path = tmp_path / "d.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     first, second = read_tasks(path, None, ("id", "name", "tags", "category", "difficulty", "task_id", "uuid"))
     assert first.fields == (("id", "a" * 100), *(("tags", f"t{i}") for i in range(FIELD_LIST_MAX)))
-    assert second.fields == (("tags", "x"), ("tags", "3"), ("task_id", "7"))
+    assert second.fields == (("tags", "x"), ("tags", "3"), ("task_id", "7"))  # a separator in a value: skipped
+    assert len(first.packed_fields) < 300  # one string per task
     assert read_tasks(path)[0].fields == ()  # nothing kept unless asked

@@ -102,8 +102,14 @@ class Task:
     hash: str
     duplicate_lines: list[int] = field(default_factory=list)
     row_override: dict[str, Any] | None = None
-    #: (field, value) of the row's short scalar fields asked for at collection (keywords, markers)
-    fields: tuple[tuple[str, str], ...] = ()
+    #: the row's short label fields asked for at collection (keywords, markers), packed by ``pack_fields``:
+    #: one string per task, as a 100k-row dataset keeps one for every row
+    packed_fields: str = ""
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """(field, value) of the row's label fields that were asked for, in the order asked."""
+        return unpack_fields(self.packed_fields)
 
     @property
     def short_hash(self) -> str:
@@ -134,11 +140,28 @@ def iter_rows(path: Path) -> Iterator[tuple[int, int, bytes]]:
             offset += len(raw)
 
 
+_UNIT, _RECORD = "\x1f", "\x1e"  # ASCII unit and record separators: between name and value, between fields
+
+
 def _label(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         return None
     text = value if isinstance(value, str) else str(value)
-    return text if 0 < len(text) <= FIELD_VALUE_MAX else None
+    if not 0 < len(text) <= FIELD_VALUE_MAX or _UNIT in text or _RECORD in text:
+        return None
+    return text
+
+
+def pack_fields(fields: Sequence[tuple[str, str]]) -> str:
+    """(name, value) pairs as one string (see ``Task.packed_fields``); neither may hold the separators."""
+    return _RECORD.join(f"{name}{_UNIT}{value}" for name, value in fields)
+
+
+def unpack_fields(packed: str) -> tuple[tuple[str, str], ...]:
+    if not packed:
+        return ()
+    pairs = (record.split(_UNIT, 1) for record in packed.split(_RECORD))
+    return tuple((name, value) for name, value in pairs)
 
 
 def row_fields(row: dict[str, Any], names: Sequence[str]) -> tuple[tuple[str, str], ...]:
@@ -149,6 +172,8 @@ def row_fields(row: dict[str, Any], names: Sequence[str]) -> tuple[tuple[str, st
     """
     found: list[tuple[str, str]] = []
     for name in names:
+        if _UNIT in name or _RECORD in name:
+            continue
         value = row.get(name)
         if value is None:
             continue
@@ -179,8 +204,10 @@ def read_tasks(path: Path, row_hook: RowHook | None = None, fields: Sequence[str
         if known is not None:
             known.duplicate_lines.append(line)
             continue
-        kept = row_fields(override if override is not None else row, fields) if fields else ()
-        tasks[digest] = Task(path=path, line=line, offset=offset, hash=digest, row_override=override, fields=kept)
+        kept = pack_fields(row_fields(override if override is not None else row, fields)) if fields else ""
+        tasks[digest] = Task(
+            path=path, line=line, offset=offset, hash=digest, row_override=override, packed_fields=kept
+        )
     return list(tasks.values())
 
 
