@@ -9,6 +9,7 @@ phase (a low reward is a *failure*).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,36 @@ from pytest_gym.suitefile import SuiteFileError, suite_settings
 
 class GymDuplicateRowWarning(pytest.PytestWarning):
     """A dataset holds the same row more than once; the copies are one task."""
+
+
+#: Row fields ``-k`` matches by default (``--gym-keyword-field`` replaces them).
+DEFAULT_KEYWORD_FIELDS = ("id", "task_id", "uuid", "category", "name", "difficulty", "tags")
+_NOT_IDENT = re.compile(r"[^0-9A-Za-z_]")
+_EXPRESSION_WORDS = frozenset({"and", "or", "not"})
+_REGISTERED = pytest.StashKey[set[str]]()
+
+
+def marker_name(field: str, value: str) -> str:
+    """A row value as a marker name usable in ``-m``: ASCII letters, digits and ``_``, starting with a letter.
+
+    ``hard`` stays ``hard``; ``multi step`` becomes ``multi_step``; ``3`` (or ``and``) becomes ``<field>_3``.
+    """
+    name = _NOT_IDENT.sub("_", value)
+    if not name[:1].isalpha() or name in _EXPRESSION_WORDS:
+        name = f"{_NOT_IDENT.sub('_', field)}_{name}"
+        if not name[:1].isalpha():
+            name = "m_" + name
+    return name
+
+
+def _keywords(task: Task, names: frozenset[str]) -> set[str]:
+    """What ``-k`` matches besides the node names: each value, and ``field:value``."""
+    found: set[str] = set()
+    for field, value in task.fields:
+        if field in names:
+            found.add(value)
+            found.add(f"{field}:{value}")
+    return found
 
 
 def raise_fault(outcome: TrialOutcome) -> None:
@@ -65,6 +96,14 @@ class GymTrial(pytest.Function):
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.spec.task.line - 1, f"{self.path.name}:{self.spec.task.line} {self.name}"
 
+    def listextrakeywords(self) -> set[str]:
+        """What ``-k`` matches besides the names: also the row's label fields, made only when ``-k`` asks."""
+        found = super().listextrakeywords()
+        parent = self.parent
+        if self.spec.task.packed_fields and isinstance(parent, GymDatasetFile):
+            found.update(_keywords(self.spec.task, frozenset(parent.keyword_fields)))
+        return found
+
 
 class GymDatasetFile(pytest.File):
     """A jsonl dataset given with ``--gym-dataset`` (or the ``gym_dataset`` ini setting)."""
@@ -74,6 +113,8 @@ class GymDatasetFile(pytest.File):
     min_reward: float = 1.0
     reward_key: str = "reward"
     xfail_low: bool = False
+    keyword_fields: tuple[str, ...] = DEFAULT_KEYWORD_FIELDS
+    marker_field: str | None = None
     dataset_path: Path
 
     def __init__(self, *args: Any, settings: GymSettings | None = None, **kwargs: Any) -> None:
@@ -90,9 +131,12 @@ class GymDatasetFile(pytest.File):
         self.min_reward = settings.min_reward
         self.reward_key = settings.reward_key
         self.xfail_low = settings.verdict == "gate"
+        self.keyword_fields = settings.keyword_field or DEFAULT_KEYWORD_FIELDS
+        self.marker_field = settings.marker_field
 
     def collect(self) -> Iterable[GymTrial]:
-        tasks = read_tasks(self.dataset_path, self._row_hook())
+        fields = tuple(dict.fromkeys((*self.keyword_fields, *([self.marker_field] if self.marker_field else []))))
+        tasks = read_tasks(self.dataset_path, self._row_hook(), fields)
         if not tasks:
             raise DatasetError(
                 self.path,
@@ -102,10 +146,14 @@ class GymDatasetFile(pytest.File):
             )
         self._warn_duplicates(tasks)
         fixtureinfo = None
+        marks: dict[str, pytest.MarkDecorator] = {}
         for index, task in enumerate(tasks):
+            task_marks = self._marks(task, marks) if self.marker_field and task.packed_fields else ()
             for repeat in range(self.repeats):
                 name = f"{task.short_hash}[r{repeat}]"
                 item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
+                for mark in task_marks:
+                    item.add_marker(mark)
                 item.spec = TrialSpec(
                     nodeid=item.nodeid,
                     task=task,
@@ -118,6 +166,23 @@ class GymDatasetFile(pytest.File):
                 )
                 fixtureinfo = item._fixtureinfo  # one resolution per file, as pytest does for parametrize
                 yield item
+
+    def _marks(self, task: Task, made: dict[str, pytest.MarkDecorator]) -> list[pytest.MarkDecorator]:
+        """The markers ``--gym-marker-field`` gives this task's trials, registered once (so --strict-markers
+        accepts them and no unknown-mark warning is raised)."""
+        field = self.marker_field
+        found = []
+        for name in dict.fromkeys(marker_name(f, v) for f, v in task.fields if f == field):
+            if name not in made:
+                registered = self.config.stash.setdefault(_REGISTERED, set())
+                if name not in registered:
+                    known = {line.split(":", 1)[0].split("(", 1)[0].strip() for line in self.config.getini("markers")}
+                    if name not in known:
+                        self.config.addinivalue_line("markers", f"{name}: trials whose row's {field} is {name}")
+                    registered.add(name)
+                made[name] = getattr(pytest.mark, name)
+            found.append(made[name])
+        return found
 
     def _row_hook(self) -> Any:
         hook = self.ihook.pytest_gym_row

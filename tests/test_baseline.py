@@ -20,11 +20,14 @@ from pytest_gym.judge.baseline import (
     baseline_from,
     compare,
     load_baseline,
+    load_baselines,
+    update_baselines,
     write_baseline,
 )
 from pytest_gym.judge.stats import suite_stats
 
 SETTINGS: dict[str, Any] = {"repeats": 2, "min_reward": 1.0, "agent": "mcqa_agent", "model": "m1", "datasets": ["a"]}
+SUITE = "data/a.jsonl"
 
 
 def row(i: int) -> dict[str, Any]:
@@ -51,42 +54,99 @@ def make_baseline(rewards: dict[int, list[float]], errors: dict[int, int] | None
 def test_write_then_load_round_trips(tmp_path: Path) -> None:
     baseline = make_baseline({0: [1, 1], 1: [1, 0], 2: [0, 0]}, errors={3: 2})
     path = tmp_path / "sub" / "baseline.json"
-    write_baseline(path, baseline)
+    assert write_baseline(path, baseline, SUITE) == []
 
-    loaded = load_baseline(path)
-    assert loaded == baseline
+    assert load_baseline(path, SUITE) == baseline
+    assert load_baseline(path) == baseline  # the only suite in the file
     data = json.loads(path.read_text())
-    assert data["schema_version"] == SCHEMA_VERSION
-    assert data["created_at"].startswith("2025-01-02T03:04:05")
-    assert data["settings"] == SETTINGS
-    assert data["suite"]["mean_reward"] == 0.5
-    assert data["suite"]["pass_at"] == {"1": 0.5, "2": 2 / 3}
-    assert data["tasks"][h(0)] == {"n": 2, "successes": 2, "mean_reward": 1.0, "passed": True, "errors": 0, "line": 1}
-    assert data["tasks"][h(1)]["passed"] is False  # mean 0.5 < min_reward 1.0
-    assert data["tasks"][h(3)] == {"n": 0, "successes": 0, "mean_reward": None, "passed": False, "errors": 2, "line": 4}
+    assert data["schema_version"] == SCHEMA_VERSION == 2
+    entry = data["suites"][SUITE]
+    assert entry["created_at"].startswith("2025-01-02T03:04:05")
+    assert entry["settings"] == SETTINGS
+    assert entry["suite"]["mean_reward"] == 0.5
+    assert entry["suite"]["pass_at"] == {"1": 0.5, "2": 2 / 3}
+    assert entry["suite"]["flaky_rate"] == 1 / 3
+    assert entry["tasks"][h(0)] == {"n": 2, "successes": 2, "mean_reward": 1.0, "passed": True, "errors": 0, "line": 1}
+    assert entry["tasks"][h(1)]["passed"] is False  # 1 of 2 trials < min_reward 1.0
+    assert entry["tasks"][h(3)] == {
+        "n": 0,
+        "successes": 0,
+        "mean_reward": None,
+        "passed": False,
+        "errors": 2,
+        "line": 4,
+    }
     assert os.listdir(path.parent) == ["baseline.json"]  # no temp file left behind
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
 def test_load_missing_is_none(tmp_path: Path) -> None:
     assert load_baseline(tmp_path / "nope.json") is None
+    assert load_baselines(tmp_path / "nope.json") is None
+
+
+def test_each_suite_keeps_its_own_baseline(tmp_path: Path) -> None:
+    """Two suites, one file (was: the last suite overwrote the first, which then shared 0 tasks)."""
+    path = tmp_path / "b.json"
+    first, second = make_baseline({0: [1, 1]}), make_baseline({5: [0, 1], 6: [1, 1]})
+    update_baselines(path, {"a.jsonl": first, "b.jsonl": second})
+    stored = load_baselines(path)
+    assert stored is not None
+    assert stored.suites == {"a.jsonl": first, "b.jsonl": second}
+    newer = make_baseline({0: [0, 0]})
+    write_baseline(path, newer, "a.jsonl")  # updating one suite leaves the other as it was
+    assert load_baseline(path, "a.jsonl") == newer
+    assert load_baseline(path, "b.jsonl") == second
+    assert load_baseline(path, "c.jsonl") is None  # a suite the file does not hold
+    with pytest.raises(BaselineError, match=r"holds 2 suites \(a.jsonl, b.jsonl\): name the one to read"):
+        load_baseline(path)
+
+
+def _v1_data() -> dict[str, Any]:
+    """A baseline file as pytest-gym wrote it before suites had their own keys."""
+    return {"schema_version": 1, **make_baseline({0: [1, 1], 1: [0, 1]}).model_dump(mode="json")}
+
+
+def test_version_1_file_still_reads_for_the_suite_sharing_its_tasks(tmp_path: Path) -> None:
+    path = tmp_path / "old.json"
+    data = _v1_data()
+    data["suite"].pop("flaky_rate")  # not in version 1
+    path.write_text(json.dumps(data))
+    stored = load_baselines(path)
+    assert stored is not None
+    assert stored.legacy is not None
+    assert stored.suites == {}
+    assert stored.for_suite("x.jsonl", {h(0), h(9)}) is stored.legacy
+    assert stored.for_suite("y.jsonl", {h(9)}) is None  # shares no task: another suite's baseline
+    assert load_baseline(path, "any") == stored.legacy
+    # Updating converts the file; the unnamed suite is replaced by the named one.
+    notes = write_baseline(path, make_baseline({9: [1]}), "y.jsonl")
+    assert notes == [f"converted {path} from schema_version 1 (one unnamed suite) to 2 (suites by name)"]
+    assert set(json.loads(path.read_text())["suites"]) == {"y.jsonl"}
 
 
 def _valid_data() -> dict[str, Any]:
-    return make_baseline({0: [1, 1], 1: [0, 1]}).model_dump(mode="json")
+    return {"schema_version": 2, "suites": {SUITE: make_baseline({0: [1, 1], 1: [0, 1]}).model_dump(mode="json")}}
+
+
+def _entry(d: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = d["suites"][SUITE]
+    return entry
 
 
 @pytest.mark.parametrize(
     ("mutate", "problem"),
     [
-        (lambda d: d.update(schema_version=99), "schema_version 99 is not supported"),
-        (lambda d: d["tasks"].update({"abc": d["tasks"][h(0)]}), "task key 'abc' is not a full lowercase SHA-256"),
-        (lambda d: d["tasks"][h(0)].update(successes=5), "successes (5) exceeds n (2)"),
-        (lambda d: d["tasks"][h(0)].update(n=-1), "tasks." + h(0) + ".n"),
-        (lambda d: d["tasks"][h(0)].update(mean_reward=None), "mean_reward must be null exactly when n is 0"),
-        (lambda d: d["suite"].pop("mean_reward"), "suite.mean_reward: Field required"),
+        (lambda d: d.update(schema_version=99), "schema_version 99 is not supported (this pytest-gym reads 1 and 2)"),
+        (lambda d: d.pop("schema_version"), "schema_version missing"),
+        (lambda d: _entry(d)["tasks"].update({"abc": _entry(d)["tasks"][h(0)]}), "is not a full lowercase SHA-256"),
+        (lambda d: _entry(d)["tasks"][h(0)].update(successes=5), "successes (5) exceeds n (2)"),
+        (lambda d: _entry(d)["tasks"][h(0)].update(n=-1), f"suites.{SUITE}.tasks.{h(0)}.n"),
+        (lambda d: _entry(d)["tasks"][h(0)].update(mean_reward=None), "mean_reward must be null exactly when n is 0"),
+        (lambda d: _entry(d)["suite"].pop("mean_reward"), f"suites.{SUITE}.suite.mean_reward: Field required"),
         (lambda d: d.update(extra_field=1), "extra_field: Extra inputs are not permitted"),
-        (lambda d: d.update(created_at="yesterday"), "created_at"),
+        (lambda d: _entry(d).update(created_at="yesterday"), "created_at"),
+        (lambda d: d.update(suites=[]), "suites: Input should be a valid dictionary"),
     ],
 )
 def test_invalid_content_names_file_and_problem(tmp_path: Path, mutate: Any, problem: str) -> None:
@@ -95,10 +155,19 @@ def test_invalid_content_names_file_and_problem(tmp_path: Path, mutate: Any, pro
     path = tmp_path / "baseline.json"
     path.write_text(json.dumps(data))
     with pytest.raises(BaselineError) as info:
-        load_baseline(path)
+        load_baselines(path)
     assert str(path) in str(info.value)
     assert problem in str(info.value)
     assert info.value.path == path
+
+
+def test_invalid_version_1_content_names_the_problem(tmp_path: Path) -> None:
+    data = _v1_data()
+    data["suite"].pop("mean_reward")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError, match=r"suite\.mean_reward: Field required"):
+        load_baselines(path)
 
 
 @pytest.mark.parametrize(
@@ -108,6 +177,7 @@ def test_invalid_content_names_file_and_problem(tmp_path: Path, mutate: Any, pro
         ('{"schema_version": NaN}', "is not valid JSON"),
         ("[1, 2]", "expected a JSON object, got list"),
         ("", "is not valid JSON"),
+        ('{"schema_version": true, "suites": {}}', "schema_version True is not supported"),
     ],
 )
 def test_unparseable_file_names_file_and_problem(tmp_path: Path, content: str, problem: str) -> None:
@@ -126,7 +196,7 @@ def test_unreadable_path_is_a_baseline_error(tmp_path: Path) -> None:
 def test_failed_write_keeps_the_old_baseline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "baseline.json"
     old = make_baseline({0: [1, 1]})
-    write_baseline(path, old)
+    write_baseline(path, old, SUITE)
     before = path.read_bytes()
 
     def broken_replace(src: Any, dst: Any) -> None:
@@ -134,7 +204,7 @@ def test_failed_write_keeps_the_old_baseline(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
-        write_baseline(path, make_baseline({0: [0, 0], 1: [1, 1]}))
+        write_baseline(path, make_baseline({0: [0, 0], 1: [1, 1]}), SUITE)
     assert path.read_bytes() == before
     assert os.listdir(tmp_path) == ["baseline.json"]
 
@@ -155,9 +225,12 @@ def test_compare_classifies_tasks() -> None:
     assert result.unused == [h(3)]
     assert result.new_tasks == [h(5)]
     assert result.settings_mismatch == []
-    # Paired over the tasks measured in both: deltas 0: -0.5, 1: +0.5, 2: 0.
+    # Paired over the tasks measured in both: deltas 0: -0.5, 1: +0.5, 2: 0 (exact sign-flip: p = 3/4).
     assert result.paired.n_shared == 3
     assert result.paired.mean_delta == pytest.approx(0.0)
+    assert result.paired.p_drop == 0.75
+    assert result.paired.method.startswith("sign-flip exact")
+    assert result.deltas == {h(0): -0.5, h(1): 0.5, h(2): 0.0}
     assert not result.regressed
 
 
@@ -177,7 +250,7 @@ def test_settings_mismatch_lists_changed_added_and_removed_keys() -> None:
 
 def _drop_run(drop: float) -> tuple[Baseline, Any]:
     # Eight tasks at 1.0 in the baseline; now each is 1.0 - drop, give or take 0.02.
-    # Paired deltas -drop +- 0.02, so the 95% CI is about -drop +- 0.017: significant for any drop > 0.02.
+    # All eight paired deltas are negative: exact sign-flip p = 2**-8 (was a t-interval -drop +- 0.017).
     baseline = make_baseline({i: [1.0, 1.0] for i in range(8)})
     wiggle = [0.02, -0.02] * 4
     now = suite_stats({h(i): [1.0 - drop + wiggle[i]] * 2 for i in range(8)}, min_reward=1.0)
@@ -186,22 +259,70 @@ def _drop_run(drop: float) -> tuple[Baseline, Any]:
 
 def test_regressed_needs_a_significant_drop_beyond_the_allowance() -> None:
     baseline, now = _drop_run(0.1)
-    assert compare(baseline, now).paired.significant_drop
+    assert compare(baseline, now).paired.p_drop == 2**-8
+    assert compare(baseline, now).significant_drop
     assert compare(baseline, now).regressed  # default allowance 0
     assert compare(baseline, now, max_regression=0.05).regressed
     assert not compare(baseline, now, max_regression=0.2).regressed  # real, but within the allowance
 
 
 def test_large_but_noisy_drop_is_not_a_regression() -> None:
-    # Two tasks: one drops by 1.0, one gains 0.2. Mean delta -0.4 but the CI
-    # (-0.4 +- 12.706 * 0.6) spans zero, so the evidence does not support a regression.
+    # Two tasks: one drops by 1.0, one gains 0.2. Mean delta -0.4, but two of the four sign patterns
+    # sum to -0.8 or less: exact sign-flip p = 1/2 (was a t-interval spanning zero).
     baseline = make_baseline({0: [1.0], 1: [0.5]})
     now = suite_stats({h(0): [0.0], h(1): [0.7]}, min_reward=1.0)
     result = compare(baseline, now)
     assert result.paired.mean_delta == pytest.approx(-0.4)
-    assert result.paired.ci_high is not None
+    assert result.paired.p_drop == 0.5
     assert result.paired.ci_high > 0
     assert not result.regressed
+
+
+def test_two_tasks_flipping_is_not_a_regression_but_eight_of_twenty_is() -> None:
+    """Was called a regression for two flips; McNemar exact: p = 0.5**2 = 0.25, and 0.5**8 for eight."""
+    two = compare(make_baseline({0: [1], 1: [1]}), suite_stats({h(0): [0], h(1): [0]}, min_reward=1.0))
+    assert (two.paired.p_drop, two.paired.mean_delta) == (0.25, -1.0)
+    assert two.paired.method.startswith("McNemar exact")
+    assert two.new_failures == [h(0), h(1)]
+    assert not two.regressed
+
+    baseline = make_baseline({i: [1] for i in range(20)})
+    now = suite_stats({h(i): [0 if i < 8 else 1] for i in range(20)}, min_reward=1.0)
+    eight = compare(baseline, now)
+    assert eight.paired.p_drop == 0.5**8
+    assert eight.regressed
+    assert not compare(baseline, now, max_regression=0.5).regressed  # real, but within the allowance
+    assert eight.describe(eight.new_failures) == ", ".join(f"{h(i)[:12]} (line {i + 1})" for i in range(5)) + (
+        " and 3 more"
+    )
+
+
+def test_task_pass_rule_judges_both_runs_alike() -> None:
+    """The baseline's tasks are judged again by the current rule from their counts."""
+    baseline = make_baseline({0: [1, 0, 1], 1: [1, 1, 1]})  # 0 passes only by majority
+    now = suite_stats({h(0): [1, 0, 1], h(1): [1, 0, 1]}, min_reward=1.0, rule="majority")
+    result = compare(baseline, now, rule="majority")
+    assert (result.new_failures, result.fixed) == ([], [])
+    strict = compare(baseline, suite_stats({h(0): [1, 0, 1], h(1): [1, 0, 1]}, min_reward=1.0))
+    assert strict.new_failures == [h(1)]
+
+
+def test_rewards_outside_the_unit_interval_compare_pass_fail() -> None:
+    baseline = make_baseline({i: [2.0] for i in range(6)})
+    now = suite_stats({h(i): [0.0] for i in range(6)}, min_reward=1.0)
+    result = compare(baseline, now)
+    assert result.paired.method.endswith("on task pass/fail (rewards outside [0, 1])")
+    assert result.paired.p_drop == 0.5**6
+    assert result.paired.mean_delta == -1.0  # the change of the pass rate
+    assert result.regressed
+
+
+def test_lines_name_tasks_by_the_current_run() -> None:
+    baseline = make_baseline({0: [1], 1: [1]})
+    result = compare(baseline, suite_stats({h(0): [0], h(1): [1]}, min_reward=1.0), lines={h(0): 42})
+    assert result.label(h(0)) == f"{h(0)[:12]} (line 42)"
+    assert result.label(h(1)) == f"{h(1)[:12]} (line 2)"  # the baseline's line, when this run did not say
+    assert result.named([h(0)]) == [{"hash": h(0)[:12], "line": 42}]
 
 
 def test_max_regression_must_be_non_negative() -> None:
@@ -231,5 +352,5 @@ def test_reordering_and_inserting_rows_does_not_matter() -> None:
     assert result.unused == []
     assert result.new_tasks == [task_hash(inserted)]
     assert result.paired.n_shared == 10
-    assert set(result.paired.deltas.values()) == {0.0}
+    assert set(result.deltas.values()) == {0.0}
     assert not result.regressed

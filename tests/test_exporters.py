@@ -71,7 +71,31 @@ def _metrics() -> dict[str, Any]:
             "mean_reward>=0.3": {"value": 0.4, "passed": True, "reason": "0.400 >= 0.3"},
             "pass@2>=0.9": {"value": 0.6, "passed": False, "reason": "0.600 < 0.9"},
         },
-        "baseline": {"mean_delta": -0.2, "ci_low": -0.5, "ci_high": 0.1, "shared_tasks": 5, "new_failures": ["ab"]},
+        "baseline": {
+            "mean_delta": -0.2,
+            "ci_low": -0.5,
+            "ci_high": 0.1,
+            "p_drop": 0.125,
+            "shared_tasks": 5,
+            "new_failures": ["ab"],
+            "fixed": [],
+        },
+        "flaky_rate": 0.2,
+        "flaky_tasks": [{"hash": "0123456789ab", "line": 3, "successes": 1, "repeats": 2}],
+        "totals": {
+            "trials": 10,
+            "trials_with_usage": 9,
+            "input_tokens": 900,
+            "output_tokens": 90,
+            "total_tokens": 990,
+            "latency_p50_s": 0.5,
+            "latency_p90_s": 1.25,
+            "latency_p99_s": 2.0,
+            "latency_max_s": 2.0,
+            "latency_sum_s": 6.5,
+            "retries": 2,
+            "cost": 0.0027,
+        },
     }
 
 
@@ -343,7 +367,10 @@ def test_github_appends_a_table_once(run: ExportRun, tmp_path: Path, monkeypatch
         f"| {SUITE} | 5 | 10 | 1 | 0.400 (0.100..0.700) | pass@1 0.400, pass@2 0.600 "
         "| ✅ `mean_reward>=0.3` (0.400)<br>❌ `pass@2>=0.9` (0.600) |"
     )
-    assert "mean reward delta -0.200 over 5 shared tasks, 1 new failures" in text
+    assert "mean reward delta -0.200 (one-sided p = 0.125) over 5 shared tasks, 1 new failures, 0 fixed" in text
+    assert "| suite | tokens in / out / total | latency p50 / p90 / p99 / max (s) | retries | cost |" in text
+    assert f"| {SUITE} | 900 / 90 / 990 | 0.500 / 1.250 / 2.000 / 2.000 | 2 | 0.0027 |" in text
+    assert f"- `{SUITE}`: 1 flaky tasks (passed/trials): `0123456789ab` (line 3) 1/2" in text
 
     again = exporter.export(run)
     assert again.status == "skipped"
@@ -367,6 +394,14 @@ def test_mlflow_names_are_valid_for_mlflow() -> None:
     assert metrics[f"{SUITE}/pass_at_2"] == 0.6
     assert metrics[f"{SUITE}/gate/pass_at_2_ge_0.9"] == 0.0
     assert metrics[f"{SUITE}/gate/mean_reward_ge_0.3"] == 1.0
+    assert metrics[f"{SUITE}/flaky_rate"] == 0.2
+    assert metrics[f"{SUITE}/flaky"] == 1
+    assert metrics[f"{SUITE}/totals/input_tokens"] == 900
+    assert metrics[f"{SUITE}/totals/latency_p99_s"] == 2.0
+    assert metrics[f"{SUITE}/totals/retries"] == 2
+    assert metrics[f"{SUITE}/totals/cost"] == 0.0027
+    assert metrics[f"{SUITE}/baseline/p_drop"] == 0.125
+    assert metrics[f"{SUITE}/baseline/fixed"] == 0
     assert params_of({"a": {"b": None, "c": [1, 2]}, "api_key": "x"}) == {
         "a.b": "null",
         "a.c": "[1, 2]",

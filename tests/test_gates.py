@@ -6,7 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pytest_gym.core.dataset import task_hash
+from pytest_gym.judge.baseline import baseline_from, compare
 from pytest_gym.judge.gates import Gate, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.intervals import clopper_pearson
 from pytest_gym.judge.stats import suite_stats
 
 
@@ -21,6 +24,10 @@ from pytest_gym.judge.stats import suite_stats
         ("mean_reward >= 1", "mean_reward", None, ">=", 1.0, "mean_reward>=1"),
         ("mean_reward > -0.25", "mean_reward", None, ">", -0.25, "mean_reward>-0.25"),
         ("pass@016>=1.", "pass@", 16, ">=", 1.0, "pass@16>=1"),
+        ("ci_high(mean_reward)<=0.2", "ci_high(mean_reward)", None, "<=", 0.2, "ci_high(mean_reward)<=0.2"),
+        ("new_failures <= 0", "new_failures", None, "<=", 0.0, "new_failures<=0"),
+        ("fixed>=1", "fixed", None, ">=", 1.0, "fixed>=1"),
+        ("flaky_rate < 0.1", "flaky_rate", None, "<", 0.1, "flaky_rate<0.1"),
     ],
 )
 def test_parse_valid_gates(text: str, metric: str, k: int | None, op: str, threshold: float, label: str) -> None:
@@ -35,6 +42,8 @@ def test_parse_valid_gates(text: str, metric: str, k: int | None, op: str, thres
         ("", "empty"),
         ("accuracy >= 0.8", "unknown metric 'accuracy'"),
         ("mean_rewards >= 0.8", "unknown metric 'mean_rewards'"),
+        ("new_failure <= 0", "unknown metric 'new_failure'"),
+        ("fixed_tasks >= 1", "unknown metric 'fixed_tasks'"),
         ("pass@0 >= 0.5", "positive integer"),
         ("pass@k >= 0.5", "positive integer"),
         ("pass@-1 >= 0.5", "positive integer"),
@@ -78,9 +87,18 @@ def test_parser_raises_only_gate_syntax_errors_and_round_trips(text: str) -> Non
     assert again.label == gate.label
 
 
-metric_texts = st.sampled_from(["mean_reward", "error_rate", "ci_low(mean_reward)", "ci_low( mean_reward )"]) | (
-    st.tuples(st.sampled_from("@^"), st.integers(min_value=1, max_value=10**6)).map(lambda t: f"pass{t[0]}{t[1]}")
-)
+metric_texts = st.sampled_from(
+    [
+        "mean_reward",
+        "error_rate",
+        "ci_low(mean_reward)",
+        "ci_low( mean_reward )",
+        "ci_high(mean_reward)",
+        "flaky_rate",
+        "new_failures",
+        "fixed",
+    ]
+) | (st.tuples(st.sampled_from("@^"), st.integers(min_value=1, max_value=10**6)).map(lambda t: f"pass{t[0]}{t[1]}"))
 spaces = st.sampled_from(["", " ", "  ", "\t"])
 
 
@@ -104,7 +122,9 @@ def test_generated_gates_parse_and_round_trip(
 # --- evaluation --------------------------------------------------------------------------------
 
 # Tasks A [1, 1], B [1, 0], C [0, 0], D errored twice: mean 0.5, pass@1 0.5, pass@2 2/3,
-# pass^2 1/3, error_rate 2/8 (see test_stats for the hand computation).
+# pass^2 1/3, error_rate 2/8, interval Clopper-Pearson 1.5 of 3 = [0.0387, 0.9613] (see test_stats
+# for the hand computation; the t-interval was [-0.742, 1.742]), B flaky: flaky_rate 1/3.
+CI = clopper_pearson(1.5, 3)
 STATS = suite_stats({"A": [1, 1], "B": [1, 0], "C": [0, 0]}, min_reward=1.0, errors_by_task={"D": 2})
 
 
@@ -119,8 +139,12 @@ STATS = suite_stats({"A": [1, 1], "B": [1, 0], "C": [0, 0]}, min_reward=1.0, err
         ("pass^1 <= 0.4", 0.5, False),
         ("error_rate <= 0.25", 0.25, True),
         ("error_rate < 0.25", 0.25, False),
-        ("ci_low(mean_reward) >= -1", 0.5 - 4.302652729749462 * 0.5 / 3**0.5, True),
-        ("ci_low(mean_reward) >= 0", 0.5 - 4.302652729749462 * 0.5 / 3**0.5, False),
+        ("ci_low(mean_reward) >= 0", CI[0], True),
+        ("ci_low(mean_reward) >= 0.05", CI[0], False),
+        ("ci_high(mean_reward) <= 1", CI[1], True),
+        ("ci_high(mean_reward) < 0.9", CI[1], False),
+        ("flaky_rate <= 0.34", 1 / 3, True),
+        ("flaky_rate < 0.3", 1 / 3, False),
     ],
 )
 def test_evaluate(text: str, value: float, passed: bool) -> None:
@@ -162,9 +186,78 @@ def test_no_trials_fails_every_gate() -> None:
         assert "no trial produced a reward (4 errored)" in result.reason
 
 
-def test_ci_gate_with_a_single_task_fails_with_reason() -> None:
+def test_ci_gate_with_a_single_task_is_undecided_with_reason() -> None:
+    """One task (was "needs at least 2 tasks"): the interval is wide, so the gate fails as undecided."""
     stats = suite_stats({"x": [1, 1, 1]}, min_reward=1.0)
     result = evaluate(parse_gate("ci_low(mean_reward) >= 0.5"), stats)
     assert not result.passed
-    assert "at least 2 tasks" in result.reason
+    assert result.value == pytest.approx(0.025)
+    assert result.undecided
+    assert result.tasks_needed == 5  # 0.025 ** (1/6) = 0.54 >= 0.5 > 0.025 ** (1/5)
+    assert "undecided: needs about 5 more tasks (mean reward 1 is above 0.5, but 1 task is too few" in result.reason
     assert evaluate(parse_gate("mean_reward >= 0.5"), stats).passed
+
+
+def test_undecided_gate_says_how_many_more_tasks() -> None:
+    """Two tasks that always pass cannot show ci_low >= 0.95: about 70 more tasks at the same rate can."""
+    stats = suite_stats({"a": [1, 1], "b": [1, 1]}, min_reward=1.0)
+    result = evaluate(parse_gate("ci_low(mean_reward) >= 0.95"), stats)
+    assert (result.passed, result.undecided, result.tasks_needed) == (False, True, 70)
+    assert result.reason.startswith("ci_low(mean_reward) = 0.158114, required >= 0.95; undecided: needs about 70 more")
+
+
+def test_gate_is_not_undecided_when_the_mean_is_on_the_bad_side() -> None:
+    stats = suite_stats({"a": [1], "b": [0], "c": [1], "d": [0], "e": [0]}, min_reward=1.0)  # mean 0.4
+    for text in ("ci_low(mean_reward) >= 0.5", "ci_low(mean_reward) >= 0.4", "ci_high(mean_reward) <= 0.4"):
+        result = evaluate(parse_gate(text), stats)
+        assert not result.passed
+        assert not result.undecided
+        assert "undecided" not in result.reason
+
+
+def test_ci_high_gate_is_undecided_mirrored() -> None:
+    """Mirror of the two passing tasks: two failing tasks cannot show ci_high <= 0.05, 70 more can."""
+    stats = suite_stats({"a": [0, 0], "b": [0, 0]}, min_reward=1.0)
+    result = evaluate(parse_gate("ci_high(mean_reward) <= 0.05"), stats)
+    assert (result.passed, result.undecided, result.tasks_needed) == (False, True, 70)
+    assert "mean reward 0 is below 0.05" in result.reason
+
+
+def test_ci_gate_without_an_interval_says_why() -> None:
+    stats = suite_stats({"a": [2.0], "b": [0.5]}, min_reward=1.0)
+    result = evaluate(parse_gate("ci_low(mean_reward) >= 0.5"), stats)
+    assert (result.passed, result.value) == (False, None)
+    assert "the interval needs rewards in [0, 1], got 2.0" in result.reason
+
+
+def test_flaky_rate_needs_repeats() -> None:
+    result = evaluate(parse_gate("flaky_rate <= 0"), suite_stats({"a": [1], "b": [0]}, min_reward=1.0))
+    assert (result.passed, result.value) == (False, None)
+    assert "raise --gym-repeats" in result.reason
+
+
+def _row_hash(i: int) -> str:
+    return task_hash({"responses_create_params": {"input": f"q{i}"}})
+
+
+def test_new_failures_and_fixed_gates_count_and_name_tasks() -> None:
+    h = [_row_hash(i) for i in range(4)]
+    before = suite_stats({h[0]: [1, 1], h[1]: [1, 1], h[2]: [0, 0], h[3]: [1, 1]}, min_reward=1.0)
+    baseline = baseline_from(before, {}, {x: i + 1 for i, x in enumerate(h)})
+    now = suite_stats({h[0]: [1, 0], h[1]: [1, 1], h[2]: [1, 1], h[3]: [0, 0]}, min_reward=1.0)
+    comparison = compare(baseline, now, lines={x: i + 10 for i, x in enumerate(h)})
+    result = evaluate(parse_gate("new_failures <= 0"), now, comparison)
+    assert (result.passed, result.value) == (False, 2.0)
+    assert result.reason == f"new_failures = 2, required <= 0: {h[0][:12]} (line 10), {h[3][:12]} (line 13)"
+    assert evaluate(parse_gate("fixed >= 1"), now, comparison).passed
+    # The majority rule forgives the one failed repeat of h[0].
+    lenient = compare(baseline, suite_stats({h[0]: [1, 0, 1]}, min_reward=1.0, rule="majority"), rule="majority")
+    assert evaluate(parse_gate("new_failures <= 0"), now, lenient).passed
+
+
+def test_baseline_gates_without_a_baseline_fail_with_reason() -> None:
+    result = evaluate(parse_gate("new_failures <= 0"), STATS)
+    assert (result.passed, result.value) == (False, None)
+    assert "no baseline to compare with (give --gym-baseline FILE)" in result.reason
+    custom = evaluate(parse_gate("fixed >= 0"), STATS, no_comparison="no baseline for suite s in b.json")
+    assert custom.reason == "fixed>=0: no baseline for suite s in b.json"

@@ -538,7 +538,8 @@ def test_real_gym_report_in_a_browser(browser: Any, pytester: pytest.Pytester, e
 
     The baseline is a first run answering E. The run itself reuses (``--gym-resume``) the r0 trials of a run
     answering E and runs r1, r2 with the policy answering B, every fifth call failing: tasks that expect B
-    become fixes, those that expect E new failures, and both are flaky (their repeats disagree).
+    become fixes (two of three repeats pass: ``--gym-task-pass majority``), those that expect E new failures,
+    and both are flaky (their repeats disagree).
     """
     assert EXAMPLE_ANSWERS == ["B", "C", "I", "E", "E"]
     pytester.runpytest(*attach(gym, "--gym-repeats", "3", "--gym-run-dir", "run0"),
@@ -548,7 +549,7 @@ def test_real_gym_report_in_a_browser(browser: Any, pytester: pytest.Pytester, e
     gym.script(answer="\\boxed{B}", fault_every=5, fault_status=400, reset_stats=True)
     result = pytester.runpytest(
         *attach(gym, "--gym-repeats", "3", "--gym-resume", "run1", "--gym-run-dir", "run2", "--gym-concurrency", "1"),
-        "--gym-baseline", "base.json", "--gym-min-reward", "0.6",
+        "--gym-baseline", "base.json", "--gym-min-reward", "0.6", "--gym-task-pass", "majority",
         "--gym-gate", "pass@2>=0.5", "--gym-gate", "mean_reward>=0.4",
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -14,15 +14,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pytest_gym.judge.stats import (
-    clustered_mean_ci,
-    paired_difference,
-    pass_at_k,
-    pass_hat_k,
-    suite_stats,
-    t_quantile,
-    task_stats,
-)
+from pytest_gym.judge.intervals import clopper_pearson, suite_interval, t_ppf
+from pytest_gym.judge.paired import paired_test
+from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats, task_stats
 
 # Two-sided 95% Student-t critical values, t_{0.975, df}, as printed in standard tables
 # (given here to more digits than tables print).
@@ -106,26 +100,26 @@ def test_pass_at_k_at_least_pass_hat_k(nc: tuple[int, int]) -> None:
         assert pass_at_k(n, c, k) >= pass_hat_k(n, c, k)
 
 
-# --- t quantile --------------------------------------------------------------------------------
+# --- t quantile (the one the suite interval's small-sample shrinkage uses) ----------------------
 
 
 @pytest.mark.parametrize(("df", "expected"), sorted(T_975.items()))
 def test_t_quantile_matches_table(df: int, expected: float) -> None:
-    assert t_quantile(0.975, df) == pytest.approx(expected, rel=1e-12)
+    assert t_ppf(0.975, df) == pytest.approx(expected, rel=1e-10)
 
 
 def test_t_quantile_closed_forms_and_limits() -> None:
     for p in (0.6, 0.9, 0.99, 0.999):
-        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-12)
-        assert t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-12)
-        assert t_quantile(1 - p, 7) == -t_quantile(p, 7)
-    assert t_quantile(0.5, 3) == 0.0
+        assert t_ppf(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-10)
+        assert t_ppf(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-10)
+        assert t_ppf(1 - p, 7) == -t_ppf(p, 7)
+    assert t_ppf(0.5, 3) == 0.0
     # Normal limit: z_{0.975} = 1.959963984540054; t approaches it from above.
-    assert 1.959963984540054 < t_quantile(0.975, 10**6) < 1.95997
+    assert 1.959963984540054 < t_ppf(0.975, 10**6) < 1.95997
     with pytest.raises(ValueError, match="p must be"):
-        t_quantile(1.0, 3)
+        t_ppf(1.0, 3)
     with pytest.raises(ValueError, match="df must be"):
-        t_quantile(0.975, 0)
+        t_ppf(0.975, 0)
 
 
 # --- task and suite statistics -----------------------------------------------------------------
@@ -137,7 +131,11 @@ def test_task_stats_counts_successes_at_min_reward() -> None:
     assert ts.mean_reward == pytest.approx(1.9 / 3)
     assert ts.pass_at == pytest.approx({1: 2 / 3, 2: 1.0, 3: 1.0})
     assert ts.pass_hat == pytest.approx({1: 2 / 3, 2: 1 / 3, 3: 0.0})
-    assert ts.passed  # mean 0.633 >= 0.6
+    assert not ts.passed  # by default every trial must reach min_reward (the mean 0.633 does not count)
+    assert ts.flaky  # 2 of 3 reach it
+    assert task_stats("h", [0.4, 0.6, 0.9], min_reward=0.6, rule="majority").passed
+    assert task_stats("h", [0.4, 0.5, 0.9], min_reward=0.6, rule="any").passed
+    assert not task_stats("h", [0.4, 0.5, 0.9], min_reward=0.6, rule="majority").passed
 
 
 def test_task_stats_without_rewards_and_bad_rewards() -> None:
@@ -149,16 +147,19 @@ def test_task_stats_without_rewards_and_bad_rewards() -> None:
 
 def test_suite_stats_small_example_by_hand() -> None:
     # Tasks A [1, 1], B [1, 0], C [0, 0], plus task D whose 2 trials errored.
-    # mean = 3/6 = 0.5. Task means 1, 0.5, 0 -> sample sd 0.5 -> SE = 0.5/sqrt(3) = 0.288675.
-    # t_{0.975, 2} = 4.302653 -> half-width 1.242069 -> CI [-0.742069, 1.742069].
+    # mean = 3/6 = 0.5. The interval (was the t-interval [-0.742069, 1.742069]): residuals per task
+    # +1, 0, -1, CR1 variance 3/2 * 2/36 = 1/12, raw n_eff 0.25 * 12 = 3, shrunk by (z/t_2)^2 = 0.2075
+    # -> 0.62, below the floor N^2/sum(m^2) = 36/12 = 3 tasks: Clopper-Pearson 1.5 of 3
+    # = [Beta^-1(0.025; 1.5, 2.5), 1 - the same] = [0.038748, 0.961252] (scipy.stats.beta.ppf).
     # pass@1 = (1 + 0.5 + 0)/3 = 0.5; pass@2 = (1 + 1 + 0)/3; pass^2 = (1 + 0 + 0)/3.
     # error_rate = 2 / (6 + 2).
     stats = suite_stats({"A": [1, 1], "B": [1, 0], "C": [0, 0]}, min_reward=1.0, errors_by_task={"D": 2})
     assert (stats.tasks, stats.trials, stats.errors) == (4, 6, 2)
     assert stats.error_rate == 0.25
     assert stats.mean_reward == 0.5
-    assert stats.ci_low == pytest.approx(0.5 - 4.302652729749462 * 0.5 / math.sqrt(3), rel=1e-12)
-    assert stats.ci_high == pytest.approx(1.742069, abs=1e-6)
+    assert (stats.ci_low, stats.ci_high) == pytest.approx(clopper_pearson(1.5, 3), rel=1e-12)
+    assert stats.ci_low == pytest.approx(0.038748, abs=1e-6)
+    assert stats.ci_high == pytest.approx(0.961252, abs=1e-6)
     assert stats.pass_at == pytest.approx({1: 0.5, 2: 2 / 3})
     assert stats.pass_hat == pytest.approx({1: 0.5, 2: 1 / 3})
     assert stats.max_k == 2
@@ -169,14 +170,14 @@ def test_suite_stats_small_example_by_hand() -> None:
 
 def test_suite_stats_unequal_repeats_weight_trials_for_mean_and_tasks_for_pass_at() -> None:
     # A [1, 1, 1], B [0]: mean over trials = 3/4 (Gym's mean/reward); pass@1 over tasks = (1 + 0)/2.
-    # Cluster-robust SE: residual sums A: 3 * 0.25 = 0.75, B: -0.75;
-    # V = G/(G-1) * (0.75^2 + 0.75^2) / N^2 = 2 * 1.125 / 16 = 0.140625 -> SE = 0.375.
-    # t_{0.975, 1} = 12.706205 -> CI 0.75 -+ 4.764827.
+    # Interval (was the t-interval 0.75 -+ 4.764827): two tasks give df 1, so n_eff is the floor
+    # N^2 / sum(m^2) = 16/10 = 1.6 effective tasks: Clopper-Pearson 0.75 * 1.6 = 1.2 of 1.6.
     stats = suite_stats({"A": [1.0, 1.0, 1.0], "B": [0.0]}, min_reward=1.0)
     assert stats.mean_reward == 0.75
     assert stats.pass_at == {1: 0.5}  # k stops at the fewest trials any task has
-    assert stats.ci_low == pytest.approx(0.75 - 12.706204736174707 * 0.375, rel=1e-12)
-    assert stats.ci_high == pytest.approx(0.75 + 4.764826776, rel=1e-9)
+    assert (stats.ci_low, stats.ci_high) == pytest.approx(clopper_pearson(1.2, 1.6), rel=1e-12)
+    assert stats.ci_low == pytest.approx(0.033892, abs=1e-6)
+    assert stats.ci_high == pytest.approx(0.999962, abs=1e-6)
 
 
 def test_suite_stats_exact_averages_reach_their_threshold() -> None:
@@ -196,12 +197,39 @@ def test_suite_stats_degenerate_cases() -> None:
     assert (all_errored.tasks, all_errored.trials, all_errored.error_rate) == (1, 0, 1.0)
     assert all_errored.mean_reward is None
 
+    # One task (was no interval at all) and tasks with equal means (was the point [0.5, 0.5]):
+    # both wide, from the Kish effective number of tasks (1 and 2).
     one_task = suite_stats({"x": [1, 0, 1, 1]}, min_reward=1.0)
     assert one_task.mean_reward == 0.75
-    assert (one_task.ci_low, one_task.ci_high) == (None, None)
+    assert (one_task.ci_low, one_task.ci_high) == pytest.approx(clopper_pearson(0.75, 1))
+    assert one_task.ci_low < 0.01
+    assert one_task.ci_high > 0.99
 
     same_means = suite_stats({"x": [1, 0], "y": [0, 1]}, min_reward=1.0)
-    assert (same_means.ci_low, same_means.ci_high) == (0.5, 0.5)
+    assert (same_means.ci_low, same_means.ci_high) == pytest.approx(clopper_pearson(1, 2))
+    assert (same_means.ci_low, same_means.ci_high) == pytest.approx((0.012579, 0.987421), abs=1e-6)
+
+
+def test_suite_stats_demo_two_of_five_stays_inside_unit_interval() -> None:
+    """The mcqa example answering E: 2 of 5 tasks pass (was 0.400, 95% CI -0.280..1.080)."""
+    stats = suite_stats({t: [r] for t, r in zip("abcde", [1.0, 0.0, 1.0, 0.0, 0.0], strict=True)}, min_reward=1.0)
+    assert stats.mean_reward == 0.4
+    assert (round(stats.ci_low or 0, 2), round(stats.ci_high or 0, 2)) == (0.05, 0.85)
+
+
+def test_suite_stats_no_interval_for_rewards_outside_the_unit_interval() -> None:
+    stats = suite_stats({"x": [1.5, 0.5], "y": [1.0]}, min_reward=1.0)
+    assert stats.mean_reward == 1.0
+    assert (stats.ci_low, stats.ci_high) == (None, None)
+    assert stats.ci_note == "the interval needs rewards in [0, 1], got 1.5"
+
+
+def test_suite_stats_flaky_tasks() -> None:
+    stats = suite_stats({"a": [1, 0], "b": [1, 1], "c": [0, 0], "d": [0, 1], "e": [1]}, min_reward=1.0)
+    assert stats.flaky == ["a", "d"]
+    assert stats.flaky_rate == 2 / 5
+    assert stats.to_dict()["per_task"]["a"]["flaky"] is True
+    assert suite_stats({"a": [1], "b": [0]}, min_reward=1.0).flaky_rate is None  # one trial each: cannot disagree
 
 
 def test_suite_stats_to_dict_is_json() -> None:
@@ -223,45 +251,29 @@ suites = st.dictionaries(
 def test_ci_contains_the_mean(per_task: dict[str, list[float]]) -> None:
     stats = suite_stats(per_task, min_reward=1.0)
     assert stats.mean_reward is not None
-    if len(per_task) < 2:
-        assert stats.ci_low is None
+    if any(not 0.0 <= r <= 1.0 for rewards in per_task.values() for r in rewards):
+        assert (stats.ci_low, stats.ci_high) == (None, None)
+        assert stats.ci_note is not None
     else:
         assert stats.ci_low is not None
         assert stats.ci_high is not None
-        assert stats.ci_low <= stats.mean_reward <= stats.ci_high
-
-
-def _naive_iid_ci(values: list[float]) -> tuple[float, float]:
-    """The CI one would get by wrongly treating every trial as an independent sample."""
-    n = len(values)
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
-    return mean - half, mean + half
+        assert 0.0 <= stats.ci_low <= stats.mean_reward <= stats.ci_high <= 1.0
+        assert stats.ci_low < stats.ci_high
 
 
 @given(
-    st.lists(st.floats(min_value=0, max_value=1, allow_nan=False), min_size=2, max_size=15),
+    st.lists(st.sampled_from([0.0, 1.0]), min_size=2, max_size=15),
     st.integers(min_value=2, max_value=8),
 )
 def test_clustering_widens_ci_when_repeats_agree(task_values: list[float], repeats: int) -> None:
+    """Cloned repeats of pass/fail tasks add nothing: the interval is the one-trial-per-task one,
+    never narrower than treating every trial as independent."""
     groups = [[v] * repeats for v in task_values]
-    clustered = clustered_mean_ci(groups)
-    naive = _naive_iid_ci([r for g in groups for r in g])
-    assert clustered is not None
-    clustered_width = clustered[1] - clustered[0]
-    naive_width = naive[1] - naive[0]
-    assert clustered_width >= naive_width - 1e-12
-    if max(task_values) - min(task_values) > 1e-6:
-        assert clustered_width > naive_width
-
-
-@given(st.lists(st.floats(min_value=0, max_value=1, allow_nan=False), min_size=2, max_size=15))
-def test_clustered_ci_equals_task_mean_ci_for_equal_repeats(task_means: list[float]) -> None:
-    groups = [[m - 0.1, m + 0.1] for m in task_means]  # each task's mean is m
-    clustered = clustered_mean_ci(groups)
-    assert clustered is not None
-    assert clustered == pytest.approx(_naive_iid_ci(task_means), abs=1e-9)
+    clustered = suite_interval(groups)
+    assert clustered == pytest.approx(suite_interval([[v] for v in task_values]))
+    trials = len(task_values) * repeats
+    naive = clopper_pearson(sum(task_values) * repeats, trials)
+    assert clustered[1] - clustered[0] >= naive[1] - naive[0] - 1e-12
 
 
 @given(st.lists(st.lists(st.sampled_from([0.0, 1.0]), min_size=3, max_size=3), min_size=1, max_size=10))
@@ -280,37 +292,42 @@ def test_suite_pass_at_k_is_the_task_average(per_task: dict[str, list[float]], m
         assert stats.pass_hat[k] == pytest.approx(sum(ts.pass_hat[k] for ts in tasks) / len(tasks), abs=1e-12)
 
 
-# --- paired difference -------------------------------------------------------------------------
+# --- paired difference (now pytest_gym.judge.paired.paired_test; more in test_paired.py) ---------
 
 
 def test_paired_difference_by_hand() -> None:
-    # Shared a, b, c: deltas -0.5, 0, 0 -> mean -1/6; sd = sqrt(((-1/3)^2 + 2 (1/6)^2) / 2) = sqrt(1/12);
-    # SE = sqrt(1/12)/sqrt(3) = 1/6; CI = -1/6 -+ 4.302653/6 = [-0.883775, 0.550442]. d and z are unshared.
-    diff = paired_difference({"a": 1.0, "b": 0.5, "c": 0.0, "z": 1.0}, {"a": 0.5, "b": 0.5, "c": 0.0, "d": 1.0})
+    # Shared a, b, c: deltas -0.5, 0, 0 -> mean -1/6; one nonzero difference, so the exact one-sided
+    # sign-flip p-value is 1/2 (was a t-interval [-0.883775, 0.550442]). d and z are unshared.
+    diff = paired_test({"a": 1.0, "b": 0.5, "c": 0.0, "z": 1.0}, {"a": 0.5, "b": 0.5, "c": 0.0, "d": 1.0})
     assert diff.n_shared == 3
     assert diff.mean_delta == pytest.approx(-1 / 6)
-    assert diff.ci_low == pytest.approx(-0.883775, abs=1e-6)
-    assert diff.ci_high == pytest.approx(0.550442, abs=1e-6)
-    assert not diff.significant_drop
+    assert diff.p_drop == 0.5
+    assert diff.ci_low < diff.mean_delta < diff.ci_high
+    assert diff.ci_high > 0
+    assert not diff.significant_drop()
 
 
 def test_paired_difference_significant_drop_by_hand() -> None:
-    # Deltas -0.5, -0.4, -0.6, -0.5: mean -0.5, sd = sqrt(0.02/3) = 0.0816497, SE = 0.0408248;
-    # t_{0.975, 3} = 3.182446 -> CI [-0.629922, -0.370078], entirely below 0.
+    # Deltas -0.5, -0.4, -0.6, -0.5 (was significant by the t-interval [-0.629922, -0.370078]):
+    # all four negative is one sign pattern of 2^4, p = 1/16 > 0.05, not yet evidence; a fifth task
+    # dropping makes it 1/32.
     before = {"a": 1.0, "b": 0.9, "c": 0.8, "d": 0.7}
     after = {"a": 0.5, "b": 0.5, "c": 0.2, "d": 0.2}
-    diff = paired_difference(before, after)
+    diff = paired_test(before, after)
     assert diff.mean_delta == pytest.approx(-0.5)
-    assert diff.ci_low == pytest.approx(-0.629922, abs=1e-6)
-    assert diff.ci_high == pytest.approx(-0.370078, abs=1e-6)
-    assert diff.significant_drop
+    assert diff.p_drop == 1 / 16
+    assert not diff.significant_drop()
+    five = paired_test({**before, "e": 0.9}, {**after, "e": 0.4})
+    assert five.p_drop == 1 / 32
+    assert five.significant_drop()
+    assert five.ci_high < 0
 
 
 def test_paired_difference_too_few_shared_tasks() -> None:
-    none = paired_difference({"a": 1.0}, {"b": 1.0})
-    assert (none.n_shared, none.mean_delta, none.ci_high, none.significant_drop) == (0, None, None, False)
-    one = paired_difference({"a": 1.0}, {"a": 0.0})
-    assert (one.n_shared, one.mean_delta, one.ci_high, one.significant_drop) == (1, -1.0, None, False)
+    none = paired_test({"a": 1.0}, {"b": 1.0})
+    assert (none.n_shared, none.mean_delta, none.p_drop, none.significant_drop()) == (0, None, 1.0, False)
+    one = paired_test({"a": 1.0}, {"a": 0.0})
+    assert (one.n_shared, one.mean_delta, one.p_drop, one.significant_drop()) == (1, -1.0, 0.5, False)
 
 
 # --- against NeMo Gym's own implementation -----------------------------------------------------

@@ -55,7 +55,9 @@ def test_gates_are_reported_as_tests_and_decide_the_exit_code(
     result.stdout.fnmatch_lines(
         [
             "*= pytest-gym =*",
-            "example.jsonl: 5 tasks, 10 trials, 0 errors, mean reward 0.400 (95% CI *), pass@1 0.400, pass@2 0.400",
+            # 2 of 5 tasks pass (every repeat alike): Clopper-Pearson 2 of 5, inside [0, 1] (was -0.280..1.080)
+            "example.jsonl: 5 tasks, 10 trials, 0 errors, mean reward 0.400 (95% CI 0.053..0.853), "
+            "pass@1 0.400, pass@2 0.400",
             "  gate mean_reward>=0.4: PASS (mean_reward = 0.4 >= 0.4)",
             "  gate pass@2>0.5: FAIL (pass@2 = 0.4, required > 0.5)",
         ]
@@ -111,7 +113,7 @@ def test_regression_against_baseline_fails_naming_new_failures(
     assert missing.ret == pytest.ExitCode.OK
     written = pytester.runpytest(*args, "--gym-update-baseline")
     assert written.ret == pytest.ExitCode.OK
-    assert len(json.loads((pytester.path / "base.json").read_text())["tasks"]) == 10
+    assert len(json.loads((pytester.path / "base.json").read_text())["suites"]["all_e.jsonl"]["tasks"]) == 10
     same = pytester.runpytest(*args)
     same.assert_outcomes(passed=21)
     same.stdout.fnmatch_lines(["  baseline: delta 0.000 over 10 shared tasks*"])
@@ -128,11 +130,64 @@ def test_regression_against_baseline_fails_naming_new_failures(
     )
     worse.stdout.fnmatch_lines(
         [
-            f"  new failures (10): {first}, * and 5 more",
+            f"  new failures (10): {first} (line 1), * and 5 more",
             "  update the baseline: pytest ... --gym-baseline */base.json --gym-update-baseline",
             "FAILED all_e.jsonl::baseline - regression against the baseline*",
         ]
     )
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")])
+def test_totals_and_flaky_tasks_from_real_trials(
+    pytester: pytest.Pytester, all_e: Path, gym: RealGym, xdist: tuple[str, ...]
+) -> None:
+    """Every third model call answers B: some repeats of a row fail, so the row is flaky; usage is summed."""
+    prices = ("--gym-price-in", "2", "--gym-price-out", "8")
+    args = attach(
+        gym, "--gym-repeats", "3", "--gym-verdict", "gate", *prices, "--junitxml", "r.xml", dataset="all_e.jsonl"
+    )
+    gym.script(answers=["\\boxed{E}", "\\boxed{E}", "\\boxed{B}"])
+    try:
+        result = pytester.runpytest(*args, *xdist)
+    finally:
+        gym.script(answers=[])
+    assert result.ret == pytest.ExitCode.OK
+    suite = json.loads((run_dir_of(pytester) / "pytest_gym_summary.json").read_text())["suites"]["all_e.jsonl"]
+    assert suite["mean_reward"] == pytest.approx(20 / 30)
+    trials = read_trial_properties(pytester.path / "r.xml")
+    successes: dict[str, int] = {}
+    for props in trials.values():
+        if "gym_task_hash" in props:
+            key = props["gym_task_hash"][:12]
+            successes[key] = successes.get(key, 0) + (float(props["gym_reward"]) >= 1.0)
+    flaky = {h: c for h, c in successes.items() if 0 < c < 3}
+    assert flaky  # E, E, B over 30 calls leaves some row with mixed repeats however they are dispatched
+    assert {t["hash"]: t["successes"] for t in suite["flaky_tasks"]} == flaky
+    assert all(t["repeats"] == 3 and t["line"] in range(1, 11) for t in suite["flaky_tasks"])
+    assert suite["flaky_rate"] == pytest.approx(len(flaky) / 10)
+
+    totals = suite["totals"]
+    tokens = [
+        (int(p["gym_input_tokens"]), int(p["gym_output_tokens"])) for p in trials.values() if "gym_input_tokens" in p
+    ]
+    assert len(tokens) == totals["trials_with_usage"] == totals["trials"] == 30
+    assert (totals["input_tokens"], totals["output_tokens"]) == tuple(map(sum, zip(*tokens, strict=True)))
+    assert totals["input_tokens"] > 0
+    assert totals["cost"] == pytest.approx((2 * totals["input_tokens"] + 8 * totals["output_tokens"]) / 1e6)
+    assert 0 < totals["latency_p50_s"] <= totals["latency_p90_s"] <= totals["latency_p99_s"] <= totals["latency_max_s"]
+    assert totals["retries"] == 0
+    result.stdout.fnmatch_lines(
+        [
+            "all_e.jsonl: 10 tasks, 30 trials, 0 errors*",
+            f"  totals: tokens {totals['input_tokens']} in / {totals['output_tokens']} out / "
+            f"{totals['total_tokens']} total, latency p50 *s p90 *s p99 *s max *s, retries 0, cost *",
+            f"  flaky ({len(flaky)} of 10 tasks, passed/trials): *",
+        ]
+    )
+    props = read_suite_properties(pytester.path / "r.xml")
+    assert props["gym.all_e.jsonl.flaky"] == str(len(flaky))
+    assert props["gym.all_e.jsonl.totals.input_tokens"] == str(totals["input_tokens"])
+    assert float(props["gym.all_e.jsonl.totals.cost"]) == pytest.approx(totals["cost"])
 
 
 def test_reordered_and_inserted_rows_do_not_disturb_the_baseline(

@@ -1,9 +1,10 @@
 """Stream jsonl datasets into distinct tasks, identified by the hash of their content.
 
-A task keeps only where its row lives (line and byte offset) unless a hook
-rewrote the row: a 100k-row dataset then collects in the memory of its items,
-not of its rows, and the file is read once at collection. The row is read back
-from its offset when the trial is dispatched.
+A task keeps only where its row lives (line and byte offset), and the few short
+fields asked for to select it by (``-k``/``-m``), unless a hook rewrote the row:
+a 100k-row dataset then collects in the memory of its items, not of its rows,
+and the file is read once at collection. The row is read back from its offset
+when the trial is dispatched.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,10 @@ REQUIRED_KEY = "responses_create_params"
 HASH_PREFIX_LEN = 12
 _EXCERPT_LEN = 80
 _EXCERPT_WINDOW = 1024
+#: Row fields kept for selection are short: a longer string is text, not a label.
+FIELD_VALUE_MAX = 100
+#: At most this many strings of a list field (tags).
+FIELD_LIST_MAX = 16
 
 
 class DatasetError(Exception):
@@ -101,6 +106,14 @@ class Task:
     hash: str
     duplicate_lines: list[int] = field(default_factory=list)
     row_override: dict[str, Any] | None = None
+    #: the row's short label fields asked for at collection (keywords, markers), packed by ``pack_fields``:
+    #: one string per task, as a 100k-row dataset keeps one for every row
+    packed_fields: str = ""
+
+    @property
+    def fields(self) -> tuple[tuple[str, str], ...]:
+        """(field, value) of the row's label fields that were asked for, in the order asked."""
+        return unpack_fields(self.packed_fields)
 
     @property
     def short_hash(self) -> str:
@@ -131,8 +144,57 @@ def iter_rows(path: Path) -> Iterator[tuple[int, int, bytes]]:
             offset += len(raw)
 
 
-def read_tasks(path: Path, row_hook: RowHook | None = None) -> list[Task]:
-    """Distinct tasks of one dataset, in file order; duplicates fold into the first occurrence."""
+_UNIT, _RECORD = "\x1f", "\x1e"  # ASCII unit and record separators: between name and value, between fields
+
+
+def _label(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = value if isinstance(value, str) else str(value)
+    if not 0 < len(text) <= FIELD_VALUE_MAX or _UNIT in text or _RECORD in text:
+        return None
+    return text
+
+
+def pack_fields(fields: Sequence[tuple[str, str]]) -> str:
+    """(name, value) pairs as one string (see ``Task.packed_fields``); neither may hold the separators."""
+    return _RECORD.join(f"{name}{_UNIT}{value}" for name, value in fields)
+
+
+def unpack_fields(packed: str) -> tuple[tuple[str, str], ...]:
+    if not packed:
+        return ()
+    pairs = (record.split(_UNIT, 1) for record in packed.split(_RECORD))
+    return tuple((name, value) for name, value in pairs)
+
+
+def row_fields(row: dict[str, Any], names: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """(name, value) for each of ``names`` whose value is a short string or integer, or a list of them.
+
+    Bounded (``FIELD_VALUE_MAX`` characters, ``FIELD_LIST_MAX`` list items), so keeping them for
+    every task of a large dataset costs little.
+    """
+    found: list[tuple[str, str]] = []
+    for name in names:
+        if _UNIT in name or _RECORD in name:
+            continue
+        value = row.get(name)
+        if value is None:
+            continue
+        if isinstance(value, list):
+            found.extend((name, text) for text in map(_label, value[:FIELD_LIST_MAX]) if text is not None)
+        else:
+            text = _label(value)
+            if text is not None:
+                found.append((name, text))
+    return tuple(found)
+
+
+def read_tasks(path: Path, row_hook: RowHook | None = None, fields: Sequence[str] = ()) -> list[Task]:
+    """Distinct tasks of one dataset, in file order; duplicates fold into the first occurrence.
+
+    ``fields``: row fields to keep on each task (see ``row_fields``), read from the row as sent.
+    """
     tasks: dict[str, Task] = {}
     for line, offset, raw in iter_rows(path):
         row = parse_row(raw, path, line)
@@ -155,7 +217,10 @@ def read_tasks(path: Path, row_hook: RowHook | None = None) -> list[Task]:
         if known is not None:
             known.duplicate_lines.append(line)
             continue
-        tasks[digest] = Task(path=path, line=line, offset=offset, hash=digest, row_override=override)
+        kept = pack_fields(row_fields(override if override is not None else row, fields)) if fields else ""
+        tasks[digest] = Task(
+            path=path, line=line, offset=offset, hash=digest, row_override=override, packed_fields=kept
+        )
     return list(tasks.values())
 
 

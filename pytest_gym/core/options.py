@@ -175,6 +175,28 @@ SPECS: tuple[Spec, ...] = (
         metavar="PATH",
         is_path=True,
     ),
+    # -- judging: task-pass rule, prices, row fields as keywords and markers --------------------------
+    Spec(
+        "task_pass",
+        "when a task passes, for new_failures/fixed and baselines: 'all' its trials reach --gym-min-reward "
+        "(default), a 'majority' of them, or 'any'",
+        choices=("all", "majority", "any"),
+    ),
+    Spec("price_in", "price per million input tokens: adds the cost to the suite totals", "float", "PRICE"),
+    Spec("price_out", "price per million output tokens: adds the cost to the suite totals", "float", "PRICE"),
+    Spec(
+        "keyword_field",
+        "row field whose short string value (or list of strings) -k matches, as VALUE and FIELD:VALUE; "
+        "repeatable, replaces the defaults id, task_id, uuid, category, name, difficulty, tags",
+        "list",
+        "NAME",
+    ),
+    Spec(
+        "marker_field",
+        "row field whose value (or each string of a list) becomes a marker on the row's trials, for -m "
+        "(made an identifier: other characters become _)",
+        metavar="NAME",
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}

@@ -64,6 +64,12 @@ class GymSettings(BaseModel):
     export: tuple[str, ...] = ()
     export_opt: tuple[str, ...] = ()
     export_soft: bool = False
+    # -- judging: task-pass rule, prices, row fields as keywords and markers
+    task_pass: Literal["all", "majority", "any"] = "all"
+    price_in: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    price_out: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    keyword_field: tuple[str, ...] = ()
+    marker_field: str | None = Field(None, min_length=1)
 
     @property
     def starts_gym(self) -> bool:

@@ -41,8 +41,28 @@ def _gates(metrics: dict[str, Any]) -> str:
     )
 
 
+def _int(value: Any) -> str:
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "n/a"
+
+
+def _totals_row(suite: str, totals: dict[str, Any]) -> str:
+    tokens = " / ".join(_int(totals.get(k)) for k in ("input_tokens", "output_tokens", "total_tokens"))
+    latency = " / ".join(_num(totals.get(f"latency_{q}_s")) for q in ("p50", "p90", "p99", "max"))
+    cost = totals.get("cost")
+    shown_cost = f"{cost:.4g}" if isinstance(cost, (int, float)) and not isinstance(cost, bool) else "n/a"
+    return f"| {_cell(suite)} | {tokens} | {latency} | {_int(totals.get('retries'))} | {shown_cost} |"
+
+
+def _flaky(task: Any) -> str:
+    if not isinstance(task, dict):
+        return _cell(str(task))
+    line = f" (line {task['line']})" if task.get("line") is not None else ""
+    return f"`{_cell(str(task.get('hash')))}`{line} {task.get('successes')}/{task.get('repeats')}"
+
+
 def markdown(run: ExportRun) -> str:
-    """The section for one run: a row per suite with trials, mean reward ± CI, pass@k and gates."""
+    """The section for one run: a row per suite with trials, mean reward ± CI, pass@k and gates; a row per
+    suite with its totals (tokens, latency, retries, cost); flaky tasks and the baseline comparison as notes."""
     status = "✅ passed" if run.exit_status == 0 else f"❌ exit status {run.exit_status}"
     lines = [
         marker(run.run_id),
@@ -52,6 +72,7 @@ def markdown(run: ExportRun) -> str:
         "|---|---:|---:|---:|---|---|---|",
     ]
     notes = []
+    totals_rows = []
     for suite, m in (run.summary.get("suites") or {}).items():
         trials = (m.get("trials") or 0) + (m.get("errors") or 0)  # like the terminal summary: errored trials count
         ci = f" ({_num(m.get('ci_low'))}..{_num(m.get('ci_high'))})" if m.get("ci_low") is not None else ""
@@ -59,16 +80,35 @@ def markdown(run: ExportRun) -> str:
             f"| {_cell(suite)} | {m.get('tasks', 'n/a')} | {trials} | {m.get('errors', 'n/a')} "
             f"| {_num(m.get('mean_reward'))}{ci} | {_pass_at(m)} | {_cell(_gates(m))} |"
         )
+        totals = m.get("totals")
+        if isinstance(totals, dict):
+            totals_rows.append(_totals_row(suite, totals))
+        flaky = m.get("flaky_tasks") or []
+        if flaky:
+            shown = ", ".join(_flaky(t) for t in flaky[:10]) + (
+                f" and {len(flaky) - 10} more" if len(flaky) > 10 else ""
+            )
+            notes.append(f"- `{suite}`: {len(flaky)} flaky tasks (passed/trials): {shown}")
         baseline = m.get("baseline")
         if isinstance(baseline, dict):
             regressed = " **regression**" if baseline.get("regressed") else ""
+            p_drop = baseline.get("p_drop")
+            p_text = f" (one-sided p = {p_drop:.3g})" if isinstance(p_drop, (int, float)) else ""
             notes.append(
-                f"- `{suite}` against the baseline: mean reward delta {_num(baseline.get('mean_delta'))} over "
+                f"- `{suite}` against the baseline: mean reward delta {_num(baseline.get('mean_delta'))}{p_text} over "
                 f"{baseline.get('shared_tasks', 'n/a')} shared tasks, "
-                f"{len(baseline.get('new_failures') or [])} new failures{regressed}"
+                f"{len(baseline.get('new_failures') or [])} new failures, "
+                f"{len(baseline.get('fixed') or [])} fixed{regressed}"
             )
     if not run.summary.get("suites"):
         lines.append("| (no Gym trials ran) | | | | | | |")
+    if totals_rows:
+        lines += [
+            "",
+            "| suite | tokens in / out / total | latency p50 / p90 / p99 / max (s) | retries | cost |",
+            "|---|---:|---:|---:|---:|",
+            *totals_rows,
+        ]
     lines += ["", *notes, *([""] if notes else [])]
     return mask_text("\n".join(lines) + "\n")
 

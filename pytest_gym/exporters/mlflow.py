@@ -35,6 +35,18 @@ from pytest_gym.exporters.api import (
 RUN_ID_TAG = "pytest_gym.run_id"
 INSTALL_HINT = "mlflow is not installed: pip install pytest-gym[mlflow]"
 _BAD_NAME_CHARS = re.compile(r"[^A-Za-z0-9_\-. /]")
+#: Suite totals logged as ``<suite>/totals/<key>`` (those present: tokens need usage, cost needs a price).
+_TOTALS = (
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "latency_p50_s",
+    "latency_p90_s",
+    "latency_p99_s",
+    "latency_max_s",
+    "retries",
+    "cost",
+)
 _GATE_OPS = ((">=", "_ge_"), ("<=", "_le_"), (">", "_gt_"), ("<", "_lt_"), ("@", "_at_"), ("^", "_hat_"))
 
 
@@ -94,7 +106,8 @@ def _number(value: Any) -> float | None:
 
 
 def metrics_of(suites: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
-    """Suite metrics as ``<suite>/<metric>``: pass@k becomes ``pass_at_k`` and each gate 1 (passed) or 0."""
+    """Suite metrics as ``<suite>/<metric>``: pass@k becomes ``pass_at_k`` and each gate 1 (passed) or 0;
+    totals as ``<suite>/totals/<key>``, the baseline comparison as ``<suite>/baseline/<key>``."""
     out: dict[str, float] = {}
 
     def put(suite: str, key: str, value: Any) -> None:
@@ -113,11 +126,19 @@ def metrics_of(suites: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
         for label, gate in (m.get("gates") or {}).items():
             put(suite, f"gate/{label}", bool(gate.get("passed")))
             put(suite, f"gate/{label}/value", gate.get("value"))
+        put(suite, "flaky_rate", m.get("flaky_rate"))
+        put(suite, "flaky", len(m.get("flaky_tasks") or []))
+        totals = m.get("totals")
+        if isinstance(totals, Mapping):
+            for key in _TOTALS:
+                put(suite, f"totals/{key}", totals.get(key))
         baseline = m.get("baseline")
         if isinstance(baseline, Mapping):
             put(suite, "baseline/mean_delta", baseline.get("mean_delta"))
+            put(suite, "baseline/p_drop", baseline.get("p_drop"))
             put(suite, "baseline/regressed", bool(baseline.get("regressed")))
             put(suite, "baseline/new_failures", len(baseline.get("new_failures") or []))
+            put(suite, "baseline/fixed", len(baseline.get("fixed") or []))
     return out
 
 

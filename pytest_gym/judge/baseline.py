@@ -1,18 +1,24 @@
-"""A stored baseline run, and how the current run compares to it.
+"""Stored baselines, one per suite in one file, and how the current run compares to its suite's.
 
 Tasks are keyed by the SHA-256 of their content, never by position, so reordering a dataset
 or inserting rows leaves the comparison intact; ``line`` is kept only to point at the row.
 
-A task "passed" when its mean reward reached min_reward. For 0/1 rewards and min_reward 1
-that means every trial succeeded; for continuous rewards it is the same rule a single trial
-is judged by, applied to the task's average.
+A task passes by the run's rule (``--gym-task-pass``: all its trials reach min_reward, more than
+half, or any); the baseline's tasks are judged again by the current rule from their counts, so a
+new failure is a change of the task, not of the rule.
+
+The file (``schema_version`` 2) holds each suite under its own key, so one ``--gym-baseline``
+serves several suites and updating one leaves the others as they were. A version-1 file (one
+suite, unnamed) still reads: it stands for the suite that shares tasks with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,10 +27,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
 from pytest_gym.core.atomic import write_atomically
-from pytest_gym.judge.stats import PairedDiff, SuiteStats, paired_difference
+from pytest_gym.judge.paired import PairedTest, Rule, paired_test, passes_by_count
+from pytest_gym.judge.stats import SuiteStats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this pytest-gym reads: 1 (one unnamed suite), 2 (suites by name).
+READABLE_VERSIONS = (1, 2)
+#: A drop counts as real below this one-sided p-value (``PairedTest.significant_drop``).
+ALPHA = 0.05
 _HEX = frozenset("0123456789abcdef")
+_SHOW = 5
 
 
 class BaselineError(Exception):
@@ -73,23 +85,16 @@ class SuiteRecord(_Strict):
     min_reward: float
     pass_at: dict[int, float]
     pass_hat: dict[int, float]
+    flaky_rate: float | None = Field(default=None, ge=0, le=1)
 
 
 class Baseline(_Strict):
-    """Everything needed to judge a later run against this one."""
+    """One suite's stored run: everything needed to judge a later run of that suite against it."""
 
-    schema_version: int
     created_at: datetime
     settings: dict[str, JsonValue]
     suite: SuiteRecord
     tasks: dict[str, TaskRecord]
-
-    @field_validator("schema_version")
-    @classmethod
-    def _known_version(cls, v: int) -> int:
-        if v != SCHEMA_VERSION:
-            raise ValueError(f"schema_version {v} is not supported (this pytest-gym reads {SCHEMA_VERSION})")
-        return v
 
     @field_validator("tasks")
     @classmethod
@@ -102,6 +107,31 @@ class Baseline(_Strict):
     @property
     def min_reward(self) -> float:
         return self.suite.min_reward
+
+
+class BaselineFile(_Strict):
+    """The version-2 file: every suite's baseline under the suite's name (the path part of its node ids)."""
+
+    schema_version: int
+    suites: dict[str, Baseline]
+
+
+@dataclass
+class StoredBaselines:
+    """What a baseline file holds; ``legacy`` is a version-1 file's one baseline (its suite unnamed)."""
+
+    path: Path
+    suites: dict[str, Baseline] = field(default_factory=dict)
+    legacy: Baseline | None = None
+
+    def for_suite(self, suite: str, task_hashes: set[str] | None = None) -> Baseline | None:
+        """The suite's baseline; a version-1 one stands for a suite sharing a task with it (or any, without hashes)."""
+        if suite in self.suites:
+            return self.suites[suite]
+        legacy = self.legacy
+        if legacy is not None and (task_hashes is None or not task_hashes.isdisjoint(legacy.tasks)):
+            return legacy
+        return None
 
 
 def baseline_from(
@@ -123,7 +153,6 @@ def baseline_from(
         for h, ts in stats.per_task.items()
     }
     return Baseline(
-        schema_version=SCHEMA_VERSION,
         created_at=created_at or datetime.now(timezone.utc),
         settings=dict(settings),
         suite=SuiteRecord.model_validate(stats.to_dict(per_task=False)),
@@ -142,8 +171,8 @@ def _describe(exc: ValidationError) -> str:
     return "invalid content:\n  " + "\n  ".join(shown)
 
 
-def load_baseline(path: Path | str) -> Baseline | None:
-    """The stored baseline, or None when there is none yet; anything unusable raises BaselineError."""
+def load_baselines(path: Path | str) -> StoredBaselines | None:
+    """Every suite's baseline in the file, or None when there is no file yet; anything unusable raises BaselineError."""
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -157,24 +186,95 @@ def load_baseline(path: Path | str) -> Baseline | None:
         raise BaselineError(path, f"is not valid JSON ({exc}); delete it or record a new baseline") from None
     if not isinstance(data, dict):
         raise BaselineError(path, f"expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        shown = "missing" if version is None else f"{version!r} is not supported"
+        readable = " and ".join(map(str, READABLE_VERSIONS))
+        raise BaselineError(path, f"schema_version {shown} (this pytest-gym reads {readable})")
     try:
-        return Baseline.model_validate(data)
+        if version == 1:
+            legacy = Baseline.model_validate({k: v for k, v in data.items() if k != "schema_version"})
+            return StoredBaselines(path, legacy=legacy)
+        return StoredBaselines(path, suites=dict(BaselineFile.model_validate(data).suites))
     except ValidationError as exc:
         raise BaselineError(path, _describe(exc)) from None
+
+
+def load_baseline(path: Path | str, suite: str | None = None) -> Baseline | None:
+    """One suite's baseline, or None when the file or the suite is missing.
+
+    Without ``suite`` the file must hold a single suite (or be a version-1 file).
+    """
+    stored = load_baselines(path)
+    if stored is None:
+        return None
+    if suite is not None:
+        return stored.for_suite(suite)
+    if stored.legacy is not None:
+        return stored.legacy
+    if len(stored.suites) > 1:
+        names = ", ".join(sorted(stored.suites))
+        raise BaselineError(path, f"holds {len(stored.suites)} suites ({names}): name the one to read")
+    return next(iter(stored.suites.values()), None)
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def write_baseline(path: Path | str, baseline: Baseline) -> None:
-    """Write atomically (temp file in the same directory, then os.replace).
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``folder`` (Unix), so two runs updating suites of one file do not lose either."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on Unix: no lock
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
-    An interrupted run or two xdist workers racing must never leave a half-written baseline
-    that fails the next run.
+
+def update_baselines(path: Path | str, baselines: Mapping[str, Baseline]) -> list[str]:
+    """Write these suites' baselines into the file, keeping every other suite's; returns notes on what was dropped.
+
+    Read, change and replace happen under a lock on the folder, and the file is replaced atomically
+    (temp file in the same folder, then os.replace): an interrupted run or two runs racing never
+    leave a half-written baseline or lose a suite. A version-1 file is converted (its one unnamed
+    suite is dropped unless it is replaced), an unreadable one replaced.
     """
-    text = json.dumps(baseline.model_dump(mode="json"), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    write_atomically(Path(path), text.encode("utf-8"))
+    path = Path(path)
+    notes: list[str] = []
+    with _locked(path.parent):
+        try:
+            stored = load_baselines(path)
+        except BaselineError as exc:
+            notes.append(f"replaced an unusable baseline file: {exc.problem}")
+            stored = None
+        suites = dict(stored.suites) if stored is not None else {}
+        if stored is not None and stored.legacy is not None:
+            notes.append(
+                f"converted {path} from schema_version 1 (one unnamed suite) to {SCHEMA_VERSION} (suites by name)"
+            )
+        suites.update(baselines)
+        document = BaselineFile(schema_version=SCHEMA_VERSION, suites=dict(sorted(suites.items())))
+        text = json.dumps(document.model_dump(mode="json"), indent=2, sort_keys=True, allow_nan=False) + "\n"
+        write_atomically(path, text.encode("utf-8"))
+    return notes
+
+
+def write_baseline(path: Path | str, baseline: Baseline, suite: str) -> list[str]:
+    """Write one suite's baseline into the file (see ``update_baselines``)."""
+    return update_baselines(path, {suite: baseline})
+
+
+def task_label(task_hash: str, line: int | None) -> str:
+    """How a task is named in messages: its short hash and dataset line."""
+    return f"{task_hash[:12]} (line {line})" if line is not None else task_hash[:12]
 
 
 @dataclass(frozen=True)
@@ -183,24 +283,44 @@ class Comparison:
 
     Task lists are ordered by the baseline's dataset line, then hash. A task whose current
     trials all errored has no verdict and is in neither ``new_failures`` nor ``fixed``.
+    ``lines`` is each task's dataset line (this run's, else the baseline's); ``deltas`` each
+    shared task's change of mean reward.
     """
 
     new_failures: list[str]
     fixed: list[str]
     unused: list[str]
     new_tasks: list[str]
-    paired: PairedDiff
+    paired: PairedTest
     max_regression: float
     settings_mismatch: list[str] = field(default_factory=list)
+    lines: dict[str, int] = field(default_factory=dict)
+    deltas: dict[str, float] = field(default_factory=dict)
+    alpha: float = ALPHA
+
+    @property
+    def significant_drop(self) -> bool:
+        """The one-sided paired test finds a drop: ``p_drop < alpha``."""
+        return self.paired.significant_drop(self.alpha)
 
     @property
     def regressed(self) -> bool:
-        """A drop that is both real (95% CI of the paired change below 0) and larger than allowed."""
-        return (
-            self.paired.significant_drop
-            and self.paired.mean_delta is not None
-            and -self.paired.mean_delta > self.max_regression
-        )
+        """A drop that is both real (``p_drop < alpha``) and larger than allowed (``mean_delta < -max_regression``)."""
+        delta = self.paired.mean_delta
+        return self.significant_drop and delta is not None and delta < -self.max_regression
+
+    def label(self, task_hash: str) -> str:
+        return task_label(task_hash, self.lines.get(task_hash))
+
+    def describe(self, hashes: list[str], limit: int = _SHOW) -> str:
+        """``hash12 (line N), ...`` for the first ``limit``, then how many more."""
+        shown = ", ".join(self.label(h) for h in hashes[:limit])
+        more = f" and {len(hashes) - limit} more" if len(hashes) > limit else ""
+        return (shown + more) or "none"
+
+    def named(self, hashes: list[str]) -> list[dict[str, Any]]:
+        """The tasks as JSON: short hash and dataset line."""
+        return [{"hash": h[:12], "line": self.lines.get(h)} for h in hashes]
 
 
 def _json_normal(value: Any) -> Any:
@@ -225,6 +345,8 @@ def compare(
     stats: SuiteStats,
     max_regression: float | None = None,
     settings: Mapping[str, Any] | None = None,
+    lines: Mapping[str, int] | None = None,
+    rule: Rule = "all",
 ) -> Comparison:
     """Compare the selected tasks of this run to the baseline.
 
@@ -232,6 +354,12 @@ def compare(
     rather than as failures. ``settings`` are the current run's; keys whose values differ
     from the baseline's (or exist on one side only) land in ``settings_mismatch``, since a
     change of model or repeats explains a difference better than a regression does.
+    ``lines`` (task hash -> this run's dataset line) names the tasks in messages; ``rule``
+    is the task-pass rule both runs' tasks are judged by.
+
+    The change of mean reward is tested with ``paired.paired_test`` on the per-task means
+    (exact McNemar for pass/fail, sign-flip otherwise). Rewards outside [0, 1] have no
+    bounded test; then the tasks' pass/fail (by ``rule``) is compared instead, and ``method`` says so.
     """
     limit = 0.0 if max_regression is None else float(max_regression)
     if not math.isfinite(limit) or limit < 0:
@@ -244,17 +372,34 @@ def compare(
 
     shared = [h for h in stats.per_task if h in baseline.tasks]
     measured = [h for h in shared if stats.per_task[h].n > 0 and baseline.tasks[h].n > 0]
-    new_failures = [h for h in measured if baseline.tasks[h].passed and not stats.per_task[h].passed]
-    fixed = [h for h in measured if not baseline.tasks[h].passed and stats.per_task[h].passed]
+    before_pass = {h: passes_by_count(baseline.tasks[h].n, baseline.tasks[h].successes, rule) for h in measured}
+    after_pass = {h: stats.per_task[h].passed for h in measured}
+    new_failures = [h for h in measured if before_pass[h] and not after_pass[h]]
+    fixed = [h for h in measured if not before_pass[h] and after_pass[h]]
     unused = [h for h in baseline.tasks if h not in stats.per_task]
     new_tasks = [h for h in stats.per_task if h not in baseline.tasks]
 
-    before = {h: baseline.tasks[h].mean_reward for h in measured}
-    after = {h: stats.per_task[h].mean_reward for h in measured}
-    paired = paired_difference(
-        {h: v for h, v in before.items() if v is not None},
-        {h: v for h, v in after.items() if v is not None},
-    )
+    before = {h: float(baseline.tasks[h].mean_reward or 0.0) for h in measured}
+    after = {h: float(stats.per_task[h].mean_reward or 0.0) for h in measured}
+    deltas = {h: after[h] - before[h] for h in measured}
+    if all(0.0 <= v <= 1.0 for v in (*before.values(), *after.values())):
+        paired = paired_test(before, after, min_reward=stats.min_reward)
+    else:
+        as_pass = paired_test(
+            {h: float(v) for h, v in before_pass.items()}, {h: float(v) for h, v in after_pass.items()}
+        )
+        paired = PairedTest(
+            as_pass.n_shared,
+            as_pass.mean_delta,
+            as_pass.ci_low,
+            as_pass.ci_high,
+            as_pass.p_drop,
+            f"{as_pass.method}, on task pass/fail (rewards outside [0, 1])",
+            as_pass.flips_to_fail,
+            as_pass.flips_to_pass,
+        )
+    known_lines = {h: r.line for h, r in baseline.tasks.items() if r.line is not None}
+    known_lines.update(lines or {})
     return Comparison(
         new_failures=sorted(new_failures, key=order),
         fixed=sorted(fixed, key=order),
@@ -263,4 +408,6 @@ def compare(
         paired=paired,
         max_regression=limit,
         settings_mismatch=[] if settings is None else _settings_mismatch(baseline.settings, settings),
+        lines=known_lines,
+        deltas=deltas,
     )

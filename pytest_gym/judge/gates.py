@@ -1,4 +1,9 @@
-"""Suite gates such as ``pass@4 >= 0.9``: parsed by a small grammar (never eval) and judged on SuiteStats."""
+"""Suite gates such as ``pass@4 >= 0.9``: parsed by a small grammar (never eval) and judged on SuiteStats.
+
+A gate on an interval bound that fails while the point estimate is on the good side is *undecided*:
+it still fails (the evidence does not show the claim), and its reason says how many more tasks,
+at the same mean, would let the bound clear (``intervals.tasks_needed``).
+"""
 
 from __future__ import annotations
 
@@ -9,20 +14,38 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, cast
 
+from pytest_gym.judge.baseline import Comparison
+from pytest_gym.judge.intervals import tasks_needed
 from pytest_gym.judge.stats import SuiteStats
 
-Metric = Literal["mean_reward", "pass@", "pass^", "error_rate", "ci_low(mean_reward)"]
+Metric = Literal[
+    "mean_reward",
+    "pass@",
+    "pass^",
+    "error_rate",
+    "flaky_rate",
+    "ci_low(mean_reward)",
+    "ci_high(mean_reward)",
+    "new_failures",
+    "fixed",
+]
 Op = Literal[">=", ">", "<=", "<"]
 
 GRAMMAR = """\
   grammar:  <metric> <op> <number>   (spaces optional)
-    metric: mean_reward | pass@K | pass^K | error_rate | ci_low(mean_reward)   (K: a positive integer)
+    metric: mean_reward | pass@K | pass^K | error_rate | flaky_rate | ci_low(mean_reward) |
+            ci_high(mean_reward) | new_failures | fixed   (K: a positive integer; the last two
+            count tasks against --gym-baseline)
     op:     >= | > | <= | <
     number: a finite decimal such as 0.8, 1, 5e-2
   examples: "mean_reward >= 0.8", "pass@4>=0.9", "pass^2 > 0.5", "error_rate <= 0.05", \
-"ci_low(mean_reward) >= 0.7\""""
+"ci_low(mean_reward) >= 0.7", "new_failures <= 0", "flaky_rate <= 0.1\""""
 
-_METRIC = re.compile(r"mean_reward|error_rate|ci_low\s*\(\s*mean_reward\s*\)|pass([@^])([0-9]+)")
+_METRIC = re.compile(
+    r"(?P<plain>mean_reward|error_rate|flaky_rate|new_failures|fixed)"
+    r"|ci_(?P<bound>low|high)\s*\(\s*mean_reward\s*\)"
+    r"|pass(?P<kind>[@^])(?P<k>[0-9]+)"
+)
 _OP = re.compile(r">=|<=|>|<")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _MAX_K_DIGITS = 9  # int() refuses very long digit strings; no run has a billion repeats anyway
@@ -84,18 +107,18 @@ def parse_gate(text: str) -> Gate:
         raise GateSyntaxError(text, f"unknown metric {(word.group(0) if word else '') or s[:1]!r}")
     metric: Metric
     k: int | None = None
-    if m.group(1) is not None:
-        digits = m.group(2)
+    if m.group("kind") is not None:
+        kind, digits = m.group("kind"), m.group("k")
         if len(digits.lstrip("0")) > _MAX_K_DIGITS:
-            raise GateSyntaxError(text, f"K in pass{m.group(1)}K is too large ({len(digits)} digits)")
+            raise GateSyntaxError(text, f"K in pass{kind}K is too large ({len(digits)} digits)")
         k = int(digits)
         if k < 1:
-            raise GateSyntaxError(text, f"K in pass{m.group(1)}K must be a positive integer, got {digits}")
-        metric = "pass@" if m.group(1) == "@" else "pass^"
-    elif m.group(0).startswith("ci_low"):
-        metric = "ci_low(mean_reward)"
+            raise GateSyntaxError(text, f"K in pass{kind}K must be a positive integer, got {digits}")
+        metric = "pass@" if kind == "@" else "pass^"
+    elif m.group("bound") is not None:
+        metric = cast(Metric, f"ci_{m.group('bound')}(mean_reward)")
     else:
-        metric = cast(Metric, m.group(0))
+        metric = cast(Metric, m.group("plain"))
     rest = s[m.end() :].lstrip()
 
     o = _OP.match(rest)
@@ -126,12 +149,18 @@ def parse_gate(text: str) -> Gate:
 
 @dataclass(frozen=True)
 class GateResult:
-    """A gate's verdict; ``value`` is None when the metric could not be measured, and then it fails."""
+    """A gate's verdict; ``value`` is None when the metric could not be measured, and then it fails.
+
+    ``undecided``: a failed interval-bound gate whose point estimate is on the good side;
+    ``tasks_needed`` then says about how many more tasks would decide it (None: over a million).
+    """
 
     gate: Gate
     value: float | None
     passed: bool
     reason: str
+    undecided: bool = False
+    tasks_needed: int | None = None
 
 
 def _format_value(value: float, threshold: float) -> str:
@@ -140,15 +169,27 @@ def _format_value(value: float, threshold: float) -> str:
     return repr(value) if short == f"{threshold:.6g}" and value != threshold else short
 
 
-def _measure(gate: Gate, stats: SuiteStats) -> tuple[float | None, str]:
+NO_BASELINE = "no baseline to compare with (give --gym-baseline FILE)"
+
+
+def _measure(
+    gate: Gate, stats: SuiteStats, comparison: Comparison | None, no_comparison: str
+) -> tuple[float | None, str]:
     if gate.metric == "mean_reward":
         return stats.mean_reward, ""
     if gate.metric == "error_rate":
         return stats.error_rate, ""
-    if gate.metric == "ci_low(mean_reward)":
-        if stats.ci_low is None:
-            return None, "the confidence interval needs rewards from at least 2 tasks"
-        return stats.ci_low, ""
+    if gate.metric == "flaky_rate":
+        if stats.flaky_rate is None:
+            return None, "flakiness needs tasks with at least 2 trials (raise --gym-repeats)"
+        return stats.flaky_rate, ""
+    if gate.metric in ("ci_low(mean_reward)", "ci_high(mean_reward)"):
+        bound = stats.ci_low if gate.metric == "ci_low(mean_reward)" else stats.ci_high
+        return bound, "" if bound is not None else (stats.ci_note or "no interval")
+    if gate.metric in ("new_failures", "fixed"):
+        if comparison is None:
+            return None, no_comparison
+        return float(len(comparison.new_failures if gate.metric == "new_failures" else comparison.fixed)), ""
     assert gate.k is not None
     table = stats.pass_at if gate.metric == "pass@" else stats.pass_hat
     if gate.k not in table:
@@ -159,16 +200,56 @@ def _measure(gate: Gate, stats: SuiteStats) -> tuple[float | None, str]:
     return table[gate.k], ""
 
 
-def evaluate(gate: Gate, stats: SuiteStats) -> GateResult:
-    """Judge one gate; a metric that cannot be measured fails the gate rather than passing it silently."""
+def _needed(gate: Gate, stats: SuiteStats) -> tuple[bool, int | None]:
+    """(undecided, tasks needed) for a failed gate on an interval bound.
+
+    Undecided when the bound points at the threshold and the mean is strictly on the good side:
+    ``ci_low >= t`` with mean > t, or ``ci_high <= t`` with mean < t (mirrored: 1 - reward vs 1 - t).
+    """
+    mean = stats.mean_reward
+    if mean is None or not stats.rewards:
+        return False, None
+    groups = list(stats.rewards.values())
+    if gate.metric == "ci_low(mean_reward)" and gate.op in (">=", ">") and mean > gate.threshold:
+        return True, tasks_needed(groups, gate.threshold)
+    if gate.metric == "ci_high(mean_reward)" and gate.op in ("<=", "<") and mean < gate.threshold:
+        return True, tasks_needed([[1.0 - r for r in g] for g in groups], 1.0 - gate.threshold)
+    return False, None
+
+
+def evaluate(
+    gate: Gate, stats: SuiteStats, comparison: Comparison | None = None, no_comparison: str = NO_BASELINE
+) -> GateResult:
+    """Judge one gate; a metric that cannot be measured fails the gate rather than passing it silently.
+
+    ``comparison`` (against the baseline) is what ``new_failures`` and ``fixed`` count; without one
+    they fail with ``no_comparison`` as the reason.
+    """
     if stats.trials == 0:
         why = f" ({stats.errors} errored)" if stats.errors else ""
         return GateResult(gate, None, False, f"{gate.label}: no trial produced a reward{why}")
-    value, why_not = _measure(gate, stats)
+    value, why_not = _measure(gate, stats, comparison, no_comparison)
     if value is None:
         return GateResult(gate, None, False, f"{gate.label}: {why_not}")
     passed = _OPS[gate.op](value, gate.threshold)
     shown = _format_value(value, gate.threshold)
     limit = f"{gate.op} {_format_number(gate.threshold)}"
     verdict = f"{shown} {limit}" if passed else f"{shown}, required {limit}"
-    return GateResult(gate, value, passed, f"{gate.metric_label} = {verdict}")
+    reason = f"{gate.metric_label} = {verdict}"
+    if passed:
+        return GateResult(gate, value, True, reason)
+    if comparison is not None and gate.metric in ("new_failures", "fixed"):
+        named = comparison.new_failures if gate.metric == "new_failures" else comparison.fixed
+        return GateResult(gate, value, False, f"{reason}: {comparison.describe(named)}" if named else reason)
+    undecided, needed = _needed(gate, stats)
+    if not undecided:
+        return GateResult(gate, value, False, reason)
+    assert stats.mean_reward is not None
+    more = f"needs about {max(1, needed)} more tasks" if needed is not None else "needs over a million more tasks"
+    side = "above" if gate.metric == "ci_low(mean_reward)" else "below"
+    tasks = len(stats.rewards)
+    reason += (
+        f"; undecided: {more} (mean reward {stats.mean_reward:.3g} is {side} {_format_number(gate.threshold)}, "
+        f"but {tasks} {'task is' if tasks == 1 else 'tasks are'} too few to show it)"
+    )
+    return GateResult(gate, value, False, reason, undecided=True, tasks_needed=needed)

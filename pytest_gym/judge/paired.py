@@ -92,15 +92,19 @@ def task_passes(rewards: Sequence[float], min_reward: float = 1.0, rule: Rule = 
     values = [float(r) for r in rewards]
     if any(math.isnan(r) for r in values):
         raise ValueError("rewards must not be NaN; count such trials as errors")
-    if not values:
+    return passes_by_count(len(values), sum(1 for r in values if r >= min_reward), rule)
+
+
+def passes_by_count(trials: int, successes: int, rule: Rule = "all") -> bool:
+    """``task_passes`` from the counts alone: ``successes`` of ``trials`` reached min_reward."""
+    if trials <= 0:
         return False
-    hits = sum(1 for r in values if r >= min_reward)
     if rule == "all":
-        return hits == len(values)
+        return successes == trials
     if rule == "majority":
-        return 2 * hits > len(values)
+        return 2 * successes > trials
     if rule == "any":
-        return hits > 0
+        return successes > 0
     raise ValueError(f"rule must be 'all', 'majority' or 'any', got {rule!r}")
 
 

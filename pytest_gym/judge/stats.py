@@ -1,4 +1,4 @@
-"""Suite statistics over trial rewards: pass@k, pass^k, mean reward and a task-clustered CI.
+"""Suite statistics over trial rewards: pass@k, pass^k, mean reward, its interval, flaky tasks.
 
 Pure functions, no pytest and no I/O, so the numbers can be checked by hand and against Gym.
 
@@ -22,8 +22,12 @@ How these map to NeMo Gym 0.7 (``nemo_gym/reward_profile.py``):
   We report k only up to the fewest trials any measured task has, so every task counts for
   every k, where Gym would drop the short tasks from larger k.
 * ``pass^k`` (all k of k succeed) has no Gym counterpart.
-* The CI is ours: Gym's ``ci_*_95_across_repeats`` treats repeats as the samples, while this
-  one treats tasks as the samples, because repeats of one row share its difficulty.
+* The interval is ours (``pytest_gym.judge.intervals.suite_interval``): Gym's
+  ``ci_*_95_across_repeats`` treats repeats as the samples, while this one treats tasks as the
+  samples, because repeats of one row share its difficulty; it stays inside [0, 1] and is wide,
+  never a point, for one task or no spread.
+* A task *passes* by ``rule`` (``--gym-task-pass``): all its trials reach ``min_reward``
+  (default), more than half of them, or any; a task whose trials disagree is *flaky*.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-CONFIDENCE = 0.95
+from pytest_gym.judge.intervals import CONFIDENCE, suite_interval
+from pytest_gym.judge.paired import Rule, passes_by_count
+
+__all__ = ["CONFIDENCE", "SuiteStats", "TaskStats", "pass_at_k", "pass_hat_k", "suite_stats", "task_stats"]
 
 
 def _check_counts(n: int, c: int, k: int) -> None:
@@ -74,80 +81,6 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return float(_pass_hat_exact(n, c, k))
 
 
-def t_quantile(p: float, df: float) -> float:
-    """Student-t quantile, so the CI needs no scipy at runtime.
-
-    Inverts the CDF (regularized incomplete beta) by bisection: slower than a closed-form
-    approximation but accurate to ~1e-12 for every df, including 1 and 2 where the usual
-    approximations are poor.
-    """
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"p must be in (0, 1), got {p}")
-    if not df > 0 or math.isinf(df):
-        raise ValueError(f"df must be a positive finite number, got {df}")
-    if p == 0.5:
-        return 0.0
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    tail = 2.0 * (1.0 - p)  # two-sided tail probability to reach
-
-    def two_sided_tail(t: float) -> float:
-        # Both x and 1 - x are formed directly: subtracting from 1 loses digits at large df.
-        return _betainc(df / 2.0, 0.5, df / (df + t * t), t * t / (df + t * t))
-
-    lo, hi = 0.0, 1.0
-    while two_sided_tail(hi) > tail:
-        lo, hi = hi, hi * 2.0
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if two_sided_tail(mid) > tail:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo <= 1e-14 * hi:
-            break
-    return (lo + hi) / 2.0
-
-
-def _betainc(a: float, b: float, x: float, y: float) -> float:
-    """Regularized incomplete beta I_x(a, b), y = 1 - x (Numerical Recipes, Lentz continued fraction)."""
-    if x <= 0.0:
-        return 0.0
-    if y <= 0.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y)
-    front = math.exp(log_front)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, y) / b
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c = 1.0
-    d = 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 100_000):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            delta = d * c
-            h *= delta
-        if abs(delta - 1.0) < 1e-16:
-            break
-    return h
-
-
-def _t_interval(mean: float, se: float, df: int) -> tuple[float, float]:
-    half = t_quantile(0.5 + CONFIDENCE / 2.0, df) * se
-    return mean - half, mean + half
-
-
 @dataclass
 class TaskStats:
     """What the trials of one task add up to."""
@@ -160,14 +93,20 @@ class TaskStats:
     pass_hat: dict[int, float]
     errors: int = 0
     min_reward: float = 1.0
+    rule: Rule = "all"
 
     @property
     def passed(self) -> bool:
-        """A task passes when its mean reward reaches min_reward (all trials, for 0/1 rewards).
+        """Its trials reaching min_reward under ``rule`` (default: every one of them).
 
         A task with no reward has no verdict and does not pass.
         """
-        return self.mean_reward is not None and self.mean_reward >= self.min_reward
+        return passes_by_count(self.n, self.successes, self.rule)
+
+    @property
+    def flaky(self) -> bool:
+        """Its trials disagree: some reach min_reward and some do not."""
+        return 0 < self.successes < self.n
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -177,6 +116,7 @@ class TaskStats:
             "errors": self.errors,
             "mean_reward": self.mean_reward,
             "passed": self.passed,
+            "flaky": self.flaky,
             "pass_at": {str(k): v for k, v in self.pass_at.items()},
             "pass_hat": {str(k): v for k, v in self.pass_hat.items()},
         }
@@ -190,7 +130,9 @@ def _finite_rewards(task_hash: str, rewards: Sequence[float]) -> list[float]:
     return values
 
 
-def task_stats(task_hash: str, rewards: Sequence[float], min_reward: float, errors: int = 0) -> TaskStats:
+def task_stats(
+    task_hash: str, rewards: Sequence[float], min_reward: float, errors: int = 0, rule: Rule = "all"
+) -> TaskStats:
     """Per-task numbers; ``errors`` are trials that produced no reward and are not in ``rewards``.
 
     Non-finite rewards raise ValueError: a NaN would silently poison every mean downstream.
@@ -207,6 +149,7 @@ def task_stats(task_hash: str, rewards: Sequence[float], min_reward: float, erro
         pass_hat={k: pass_hat_k(n, c, k) for k in range(1, n + 1)},
         errors=errors,
         min_reward=min_reward,
+        rule=rule,
     )
 
 
@@ -215,9 +158,10 @@ class SuiteStats:
     """Numbers for a whole run, the ones gates and baselines are judged on.
 
     ``tasks`` counts every task, including those whose trials all errored; those have no
-    reward, so they are left out of the means, pass@k and the CI and only show in
-    ``error_rate``. ``ci_low``/``ci_high`` are None with fewer than two measured tasks (see
-    ``suite_stats``).
+    reward, so they are left out of the means, pass@k and the interval and only show in
+    ``error_rate``. ``ci_low``/``ci_high`` are None without any reward, or when a reward is
+    outside [0, 1] (the interval's method needs bounded rewards): ``ci_note`` says which.
+    ``rewards`` keeps every measured task's rewards, for ``tasks_needed``.
     """
 
     tasks: int
@@ -231,11 +175,26 @@ class SuiteStats:
     pass_hat: dict[int, float]
     per_task: dict[str, TaskStats] = field(default_factory=dict)
     min_reward: float = 1.0
+    ci_note: str | None = None
+    rewards: dict[str, list[float]] = field(default_factory=dict, repr=False)
 
     @property
     def max_k(self) -> int:
         """Largest k that pass@k is reported for: the fewest trials any measured task has."""
         return max(self.pass_at, default=0)
+
+    @property
+    def flaky(self) -> list[str]:
+        """Hashes of the tasks whose trials disagree (0 < successes < n), in task order."""
+        return [h for h, ts in self.per_task.items() if ts.flaky]
+
+    @property
+    def flaky_rate(self) -> float | None:
+        """Flaky tasks over tasks with a reward; None when no task has two trials (nothing can disagree)."""
+        measured = [ts for ts in self.per_task.values() if ts.n > 0]
+        if not any(ts.n > 1 for ts in measured):
+            return None
+        return sum(ts.flaky for ts in measured) / len(measured)
 
     def to_dict(self, per_task: bool = True) -> dict[str, Any]:
         """JSON-ready form; k keys become strings as JSON requires."""
@@ -250,32 +209,11 @@ class SuiteStats:
             "min_reward": self.min_reward,
             "pass_at": {str(k): v for k, v in self.pass_at.items()},
             "pass_hat": {str(k): v for k, v in self.pass_hat.items()},
+            "flaky_rate": self.flaky_rate,
         }
         if per_task:
             out["per_task"] = {h: ts.to_dict() for h, ts in self.per_task.items()}
         return out
-
-
-def clustered_mean_ci(groups: Sequence[Sequence[float]]) -> tuple[float, float] | None:
-    """95% CI of the overall (trial-weighted) mean with a cluster-robust SE, clusters = tasks.
-
-    Repeats of one row are correlated (same difficulty), so the effective sample size is
-    nearer the number of tasks than the number of trials. The SE is the CR1 sandwich
-    ``sqrt(G/(G-1) * sum_g (sum_j (y_gj - mean))**2) / N``, which for equal repeats is the
-    SE of the task means; the quantile is Student-t with G-1 degrees of freedom. Returns
-    None below two non-empty groups, where the spread between tasks cannot be estimated
-    (Gym's own ``_confidence_interval`` also gives none for n <= 1): reporting
-    ``[mean, mean]`` would claim certainty a single row cannot give.
-    """
-    measured = [list(g) for g in groups if len(g) > 0]
-    g_count = len(measured)
-    if g_count < 2:
-        return None
-    total = sum(len(g) for g in measured)
-    mean = math.fsum(r for g in measured for r in g) / total
-    residual_sq = math.fsum(math.fsum(r - mean for r in g) ** 2 for g in measured)
-    se = math.sqrt(g_count / (g_count - 1) * residual_sq) / total
-    return _t_interval(mean, se, g_count - 1)
 
 
 def _exact_mean(weighted: Sequence[tuple[Fraction, int]]) -> float:
@@ -288,11 +226,15 @@ def suite_stats(
     per_task: Mapping[str, Sequence[float]],
     min_reward: float,
     errors_by_task: Mapping[str, int] | None = None,
+    rule: Rule = "all",
 ) -> SuiteStats:
-    """Aggregate rewards by task hash; tasks only in ``errors_by_task`` count as fully errored."""
+    """Aggregate rewards by task hash; tasks only in ``errors_by_task`` count as fully errored.
+
+    ``rule`` decides when a task passes (see ``TaskStats.passed``).
+    """
     errors_by_task = errors_by_task or {}
     hashes = list(per_task) + [h for h in errors_by_task if h not in per_task]
-    tasks = {h: task_stats(h, per_task.get(h, ()), min_reward, errors_by_task.get(h, 0)) for h in hashes}
+    tasks = {h: task_stats(h, per_task.get(h, ()), min_reward, errors_by_task.get(h, 0), rule) for h in hashes}
     measured = [ts for ts in tasks.values() if ts.n > 0]
     trials = sum(ts.n for ts in measured)
     errors = sum(ts.errors for ts in tasks.values())
@@ -300,12 +242,15 @@ def suite_stats(
 
     mean_reward: float | None = None
     ci: tuple[float, float] | None = None
+    ci_note: str | None = "no trial produced a reward"
     pass_at: dict[int, float] = {}
     pass_hat: dict[int, float] = {}
+    rewards: dict[str, list[float]] = {}
     if measured:
-        groups = [_finite_rewards(ts.task_hash, per_task[ts.task_hash]) for ts in measured]
+        rewards = {ts.task_hash: _finite_rewards(ts.task_hash, per_task[ts.task_hash]) for ts in measured}
+        groups = list(rewards.values())
         mean_reward = math.fsum(r for g in groups for r in g) / trials
-        ci = clustered_mean_ci(groups)
+        ci, ci_note = _interval(groups)
         max_k = min(ts.n for ts in measured)
         shapes = Counter((ts.n, ts.successes) for ts in measured)  # few distinct (n, c): sum each once
         for k in range(1, max_k + 1):
@@ -324,41 +269,14 @@ def suite_stats(
         pass_hat=pass_hat,
         per_task=tasks,
         min_reward=min_reward,
+        ci_note=ci_note,
+        rewards=rewards,
     )
 
 
-@dataclass(frozen=True)
-class PairedDiff:
-    """Change in per-task mean reward on the tasks both runs measured (current - baseline).
-
-    Pairing by task removes the between-task variance that dominates an unpaired comparison,
-    so a small but consistent drop is detectable with few tasks.
-    """
-
-    n_shared: int
-    mean_delta: float | None
-    ci_low: float | None
-    ci_high: float | None
-    deltas: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def significant_drop(self) -> bool:
-        """The whole 95% CI of the change is below zero."""
-        return self.ci_high is not None and self.ci_high < 0.0
-
-
-def paired_difference(baseline: Mapping[str, float], current: Mapping[str, float]) -> PairedDiff:
-    """Paired t-interval on per-task mean rewards; the CI is None with fewer than two shared tasks."""
-    shared = [h for h in current if h in baseline]
-    deltas = {h: float(current[h]) - float(baseline[h]) for h in shared}
-    if any(not math.isfinite(d) for d in deltas.values()):
-        raise ValueError("per-task mean rewards must be finite")
-    n = len(deltas)
-    if n == 0:
-        return PairedDiff(0, None, None, None, deltas)
-    mean = math.fsum(deltas.values()) / n
-    if n < 2:
-        return PairedDiff(n, mean, None, None, deltas)
-    sd = math.sqrt(math.fsum((d - mean) ** 2 for d in deltas.values()) / (n - 1))
-    low, high = _t_interval(mean, sd / math.sqrt(n), n - 1)
-    return PairedDiff(n, mean, low, high, deltas)
+def _interval(groups: Sequence[Sequence[float]]) -> tuple[tuple[float, float] | None, str | None]:
+    """The suite interval, or None and why: its method bounds the variance by a reward range of [0, 1]."""
+    outside = next((r for g in groups for r in g if not 0.0 <= r <= 1.0), None)
+    if outside is not None:
+        return None, f"the interval needs rewards in [0, 1], got {outside!r}"
+    return suite_interval(groups), None

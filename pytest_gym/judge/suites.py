@@ -19,13 +19,16 @@ from pytest_gym.judge.baseline import (
     Baseline,
     BaselineError,
     Comparison,
+    StoredBaselines,
     baseline_from,
     compare,
-    load_baseline,
-    write_baseline,
+    load_baselines,
+    task_label,
+    update_baselines,
 )
-from pytest_gym.judge.gates import Gate, GateResult, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, evaluate, parse_gate
 from pytest_gym.judge.stats import SuiteStats, suite_stats
+from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
 
 
 class BadGate(ValueError):
@@ -52,6 +55,19 @@ class TrialRecord:
     line: int
     reward: float | None = None
     error: bool = False
+    latency_s: float = 0.0
+    attempts: int = 1
+    tokens: dict[str, int] = field(default_factory=dict)
+    reused: bool = False
+
+    def cost(self) -> TrialCost:
+        return TrialCost(
+            latency_s=None if self.reused else self.latency_s,
+            attempts=self.attempts,
+            input_tokens=self.tokens.get("input_tokens"),
+            output_tokens=self.tokens.get("output_tokens"),
+            total_tokens=self.tokens.get("total_tokens"),
+        )
 
 
 @dataclass
@@ -62,23 +78,53 @@ class SuiteVerdict:
     comparison: Comparison | None = None
     baseline_note: str | None = None
     narrowed: bool = False
+    totals: SuiteTotals | None = None
+    #: task hash -> dataset line, to name tasks in messages
+    lines: dict[str, int] = field(default_factory=dict)
+    baseline_path: str | None = None
 
     @property
     def failed(self) -> bool:
         return any(not g.passed for g in self.gates) or bool(self.comparison and self.comparison.regressed)
 
+    def task_label(self, task_hash: str) -> str:
+        return task_label(task_hash, self.lines.get(task_hash))
+
+    def flaky_tasks(self) -> list[dict[str, Any]]:
+        """Tasks whose trials disagree, with how many of their trials reached min_reward."""
+        per_task = self.stats.per_task
+        return [
+            {"hash": h[:12], "line": self.lines.get(h), "successes": per_task[h].successes, "repeats": per_task[h].n}
+            for h in self.stats.flaky
+        ]
+
     def metrics(self) -> dict[str, Any]:
         data = self.stats.to_dict(per_task=False)
-        data["gates"] = {g.gate.label: {"value": g.value, "passed": g.passed, "reason": g.reason} for g in self.gates}
+        gates: dict[str, Any] = {}
+        for g in self.gates:
+            entry: dict[str, Any] = {"value": g.value, "passed": g.passed, "reason": g.reason}
+            if g.undecided:
+                entry.update(undecided=True, tasks_needed=g.tasks_needed)
+            gates[g.gate.label] = entry
+        data["gates"] = gates
+        data["flaky_tasks"] = self.flaky_tasks()
+        if self.totals is not None:
+            data["totals"] = self.totals.to_dict()
         if self.comparison is not None:
             c = self.comparison
             data["baseline"] = {
+                "file": self.baseline_path,
                 "mean_delta": c.paired.mean_delta,
                 "ci_low": c.paired.ci_low,
                 "ci_high": c.paired.ci_high,
+                "p_drop": c.paired.p_drop,
+                "method": c.paired.method,
+                "significant_drop": c.significant_drop,
                 "shared_tasks": c.paired.n_shared,
                 "new_failures": c.new_failures,
                 "fixed": c.fixed,
+                "new_failure_tasks": c.named(c.new_failures),
+                "fixed_tasks": c.named(c.fixed),
                 "unused": c.unused,
                 "new_tasks": c.new_tasks,
                 "regressed": c.regressed,
@@ -112,6 +158,10 @@ class SuiteResults:
             record.error = True
         elif outcome.reward is not None:
             record.reward = outcome.reward
+        record.latency_s = outcome.latency_s
+        record.attempts = outcome.attempts
+        record.tokens = dict(outcome.tokens)
+        record.reused = outcome.reused
 
     def suites(self) -> dict[str, list[TrialRecord]]:
         grouped: dict[str, list[TrialRecord]] = defaultdict(list)
@@ -120,12 +170,18 @@ class SuiteResults:
         return dict(grouped)
 
     def judge(self, rootdir: Path) -> list[SuiteVerdict]:
+        """Every suite's verdict: statistics, its comparison with its baseline, then its gates.
+
+        Baselines to update are written at the end, one write per file, each suite under its own key.
+        """
         verdicts = []
+        updates: dict[str, dict[str, Baseline]] = defaultdict(dict)
+        stored: dict[str, StoredBaselines | BaselineError | None] = {}
         for suite, records in sorted(self.suites().items()):
             rewards: dict[str, list[float]] = defaultdict(list)
             errors: dict[str, int] = defaultdict(int)
             lines = {}
-            for r in records:
+            for r in sorted(records, key=lambda r: (r.line, r.task_hash, r.repeat)):  # dataset order, any arrival
                 lines[r.task_hash] = r.line
                 if r.reward is not None and not r.error:
                     rewards[r.task_hash].append(r.reward)
@@ -133,37 +189,71 @@ class SuiteResults:
                     rewards.setdefault(r.task_hash, [])
                     errors[r.task_hash] += 1
             settings, gates = self.settings_for(suite) if self.settings_for else (self.settings, self.gates)
-            stats = suite_stats(rewards, settings.min_reward, errors)
-            verdict = SuiteVerdict(suite, stats, [evaluate(g, stats) for g in gates])
-            verdict.narrowed = self.narrowed
-            self._baseline(verdict, lines, settings)
+            stats = suite_stats(rewards, settings.min_reward, errors, settings.task_pass)
+            totals = suite_totals([r.cost() for r in records], settings.price_in, settings.price_out)
+            verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
+            no_comparison = self._baseline(verdict, settings, stored, updates)
+            verdict.gates = [evaluate(g, stats, verdict.comparison, no_comparison) for g in gates]
             verdicts.append(verdict)
+        for path, baselines in updates.items():
+            notes = update_baselines(path, baselines)
+            for verdict in verdicts:
+                if verdict.suite in baselines and notes:
+                    verdict.baseline_note = "; ".join([verdict.baseline_note or "", *notes]).lstrip("; ")
         return verdicts
 
     @staticmethod
     def _baseline_settings(s: GymSettings) -> dict[str, Any]:
-        return {
+        settings: dict[str, Any] = {
             "repeats": s.repeats,
             "min_reward": s.min_reward,
             "agent": s.agent,
             "model": s.model,
             "reward_key": s.reward_key,
         }
+        if s.task_pass != "all":  # only when set: baselines written before the setting existed still match
+            settings["task_pass"] = s.task_pass
+        return settings
 
-    def _baseline(self, verdict: SuiteVerdict, lines: dict[str, int], settings: GymSettings) -> None:
+    def _baseline(
+        self,
+        verdict: SuiteVerdict,
+        settings: GymSettings,
+        stored: dict[str, StoredBaselines | BaselineError | None],
+        updates: dict[str, dict[str, Baseline]],
+    ) -> str:
+        """Compare with (or queue the update of) the suite's baseline; returns why there is no comparison."""
         path = settings.baseline
         if not path:
-            return
+            return NO_BASELINE
+        verdict.baseline_path = path
+        suite = verdict.suite
         if settings.update_baseline:
-            write_baseline(path, baseline_from(verdict.stats, self._baseline_settings(settings), lines))
-            verdict.baseline_note = f"baseline written to {path}"
-            return
-        try:
-            stored: Baseline | None = load_baseline(path)
-        except BaselineError as exc:
-            verdict.baseline_note = f"baseline unreadable: {exc}"
-            return
-        if stored is None:
+            updates[path][suite] = baseline_from(verdict.stats, self._baseline_settings(settings), verdict.lines)
+            verdict.baseline_note = f"baseline of {suite} written to {path}"
+            return f"no baseline to compare with: this run writes {path}"
+        if path not in stored:
+            try:
+                stored[path] = load_baselines(path)
+            except BaselineError as exc:
+                stored[path] = exc
+        found = stored[path]
+        if isinstance(found, BaselineError):
+            verdict.baseline_note = f"baseline unreadable: {found}"
+            return verdict.baseline_note
+        if found is None:
             verdict.baseline_note = f"no baseline at {path}: create it with --gym-update-baseline"
-            return
-        verdict.comparison = compare(stored, verdict.stats, settings.max_regression, self._baseline_settings(settings))
+            return verdict.baseline_note
+        baseline = found.for_suite(suite, set(verdict.stats.per_task))
+        if baseline is None:
+            verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with --gym-update-baseline"
+            return verdict.baseline_note
+        verdict.comparison = compare(
+            baseline,
+            verdict.stats,
+            settings.max_regression,
+            self._baseline_settings(settings),
+            verdict.lines,
+            settings.task_pass,
+        )
+        return ""

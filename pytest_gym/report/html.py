@@ -747,7 +747,7 @@ class _Builder:
         source = None
         if path:
             try:
-                stored = load_baseline(str(path))
+                stored = load_baseline(str(path), suite=name)
             except BaselineError as exc:
                 self.notes.append(f"{name}: {exc}")
                 stored = None

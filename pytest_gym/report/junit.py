@@ -263,9 +263,26 @@ def flat_properties(verdict: SuiteVerdict) -> dict[str, str]:
     }
     props.update({f"pass@{k}": str(v) for k, v in s.pass_at.items()})
     props.update({f"pass^{k}": str(v) for k, v in s.pass_hat.items()})
+    props["flaky"] = str(len(s.flaky))
+    props["flaky_rate"] = str(s.flaky_rate)
+    if s.flaky:
+        props["flaky_tasks"] = ", ".join(
+            f"{verdict.task_label(h)} {s.per_task[h].successes}/{s.per_task[h].n}" for h in s.flaky
+        )
+    if verdict.totals is not None:
+        props.update({f"totals.{name}": str(value) for name, value in verdict.totals.to_dict().items()})
     for gate in verdict.gates:
         props[f"gate[{gate.gate.label}]"] = f"{'pass' if gate.passed else 'fail'}: {gate.reason}"
-    if verdict.comparison is not None:
-        props["baseline_delta"] = str(verdict.comparison.paired.mean_delta)
-        props["baseline_new_failures"] = str(len(verdict.comparison.new_failures))
+    c = verdict.comparison
+    if c is not None:
+        props["baseline_delta"] = str(c.paired.mean_delta)
+        props["baseline_p_drop"] = str(c.paired.p_drop)
+        props["baseline_method"] = c.paired.method
+        props["baseline_regressed"] = str(c.regressed).lower()
+        props["baseline_new_failures"] = str(len(c.new_failures))
+        props["baseline_fixed"] = str(len(c.fixed))
+        if c.new_failures:
+            props["baseline_new_failure_tasks"] = ", ".join(c.label(h) for h in c.new_failures)
+        if c.fixed:
+            props["baseline_fixed_tasks"] = ", ".join(c.label(h) for h in c.fixed)
     return props

@@ -53,17 +53,14 @@ def synthetic_reports(verdict: SuiteVerdict) -> list[pytest.TestReport]:
         )
     c = verdict.comparison
     if c is not None:
-        reason = (
-            f"regression against the baseline: mean reward changed by {c.paired.mean_delta:+.3f} "
-            f"(95% CI {c.paired.ci_low:+.3f}..{c.paired.ci_high:+.3f}) over {c.paired.n_shared} shared tasks; "
-            f"new failures: {', '.join(h[:12] for h in c.new_failures[:5]) or 'none'}"
-            + (f" and {len(c.new_failures) - 5} more" if len(c.new_failures) > 5 else "")
-            if c.regressed
-            and c.paired.mean_delta is not None
-            and c.paired.ci_low is not None
-            and c.paired.ci_high is not None
-            else ""
-        )
+        reason = ""
+        if c.regressed and c.paired.mean_delta is not None:
+            reason = (
+                f"regression against the baseline: mean reward changed by {c.paired.mean_delta:+.3f} "
+                f"(95% CI {c.paired.ci_low:+.3f}..{c.paired.ci_high:+.3f}, one-sided p = {c.paired.p_drop:.3g} "
+                f"by {c.paired.method}) over {c.paired.n_shared} shared tasks; "
+                f"new failures: {c.describe(c.new_failures)}"
+            )
         reports += _outcome_reports(
             f"{verdict.suite}::baseline",
             verdict.suite,

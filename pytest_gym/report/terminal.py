@@ -7,12 +7,34 @@ import pytest
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
 from pytest_gym.judge.suites import SuiteVerdict
+from pytest_gym.judge.totals import SuiteTotals
 
 _SHOW_FAILURES = 5
 
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}s"
+
+
+def _totals_line(totals: SuiteTotals) -> str:
+    parts = []
+    if totals.total_tokens is not None:
+        parts.append(
+            f"tokens {totals.input_tokens or 0} in / {totals.output_tokens or 0} out / {totals.total_tokens} total"
+        )
+    if totals.latency_max_s is not None:
+        parts.append(
+            f"latency p50 {_seconds(totals.latency_p50_s)} p90 {_seconds(totals.latency_p90_s)} "
+            f"p99 {_seconds(totals.latency_p99_s)} max {_seconds(totals.latency_max_s)}"
+        )
+    parts.append(f"retries {totals.retries}")
+    if totals.cost is not None:
+        parts.append(f"cost {totals.cost:.4g}")
+    return "  totals: " + ", ".join(parts)
 
 
 def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> list[str]:
@@ -27,6 +49,15 @@ def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> l
         )
         if v.narrowed:
             lines.append("  (only the selected trials count: the selection narrowed the suite)")
+        if v.totals is not None:
+            lines.append(_totals_line(v.totals))
+        flaky = v.flaky_tasks()
+        if flaky:
+            shown = ", ".join(
+                f"{v.task_label(h)} {s.per_task[h].successes}/{s.per_task[h].n}" for h in s.flaky[:_SHOW_FAILURES]
+            )
+            more = f" and {len(flaky) - _SHOW_FAILURES} more" if len(flaky) > _SHOW_FAILURES else ""
+            lines.append(f"  flaky ({len(flaky)} of {s.tasks} tasks, passed/trials): {shown}{more}")
         for g in v.gates:
             lines.append(f"  gate {g.gate.label}: {'PASS' if g.passed else 'FAIL'} ({g.reason})")
         c = v.comparison
@@ -34,17 +65,13 @@ def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> l
             delta = c.paired
             lines.append(
                 f"  baseline: delta {_fmt(delta.mean_delta)} over {delta.n_shared} shared tasks"
-                + (f" (95% CI {_fmt(delta.ci_low)}..{_fmt(delta.ci_high)})" if delta.ci_low is not None else "")
+                f" (95% CI {_fmt(delta.ci_low)}..{_fmt(delta.ci_high)}, p(drop) {delta.p_drop:.3g}, {delta.method})"
                 + (" REGRESSION" if c.regressed else "")
             )
             if c.new_failures:
-                shown = ", ".join(h[:12] for h in c.new_failures[:_SHOW_FAILURES])
-                more = (
-                    f" and {len(c.new_failures) - _SHOW_FAILURES} more" if len(c.new_failures) > _SHOW_FAILURES else ""
-                )
-                lines.append(f"  new failures ({len(c.new_failures)}): {shown}{more}")
+                lines.append(f"  new failures ({len(c.new_failures)}): {c.describe(c.new_failures, _SHOW_FAILURES)}")
             if c.fixed:
-                lines.append(f"  fixed ({len(c.fixed)}): {', '.join(h[:12] for h in c.fixed[:_SHOW_FAILURES])}")
+                lines.append(f"  fixed ({len(c.fixed)}): {c.describe(c.fixed, _SHOW_FAILURES)}")
             if c.new_tasks:
                 lines.append(f"  new tasks (not in baseline): {len(c.new_tasks)}")
             if c.unused:
