@@ -11,11 +11,11 @@ cd "$(dirname "$0")/.."
 GYM_CLI=$(bash scripts/setup-dev.sh | tail -n 1)
 cd examples/mcqa
 set +e
-../../scripts/netns-run ../../.venvs/dev/bin/pytest "--gym-cli=$GYM_CLI" --junitxml report.xml -rA "$@"
+../../scripts/netns-run ../../.venvs/dev/bin/pytest "--gym-cli=$GYM_CLI" --junitxml report.xml -rA -p no:randomly "$@"
 status=$?
 set -e
 if [ "$status" -eq 0 ] || [ "$status" -eq 1 ]; then
-  echo "demo: finished (pytest exit code $status); JUnit: examples/mcqa/report.xml, run folders: examples/mcqa/.pytest_gym/runs/"
+  echo "demo: finished (pytest exit code $status); JUnit: examples/mcqa/report.xml, run folders (each with report.html): examples/mcqa/.pytest_gym/runs/"
   exit 0
 fi
 exit "$status"
