@@ -52,9 +52,12 @@ _KEY_VALUE = re.compile(
     re.IGNORECASE,
 )
 #: Cheap tests that tell most text needs no regular expression at all.
-_KEY_HINTS = ("key", "secret", "passw", "passphrase", "authorization", "credential", "token")
+#: The "key" words ``SECRET_NAME`` knows, spelled out: a bare "key" is in every Responses object
+#: (``prompt_cache_key``), and a hint that always fires would make every record take the slow path.
+_KEY_WORDS = tuple(f"{word}{sep}key" for word in ("api", "access", "private") for sep in ("_", "-", ""))
+_KEY_HINTS = (*_KEY_WORDS, "secret", "passw", "passphrase", "authorization", "credential", "token")
 _SCHEME_HINTS = ("bearer", "basic")
-_WORD_HINTS = ("key", "secret", "passw", "passphrase", "authorization", "credential", "bearer", "basic")
+_WORD_HINTS = (*_KEY_WORDS, "secret", "passw", "passphrase", "authorization", "credential", "bearer", "basic")
 #: Values a secret-looking key may keep: numbers, JSON/Python literals, an already masked value, and
 #: placeholders (``token=...``, ``token=VALUE``, ``token=$GITHUB_TOKEN``: a hint, not a credential).
 _PLAIN_VALUE = re.compile(
