@@ -9,6 +9,7 @@ phase (a low reward is a *failure*).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import pytest
 from pytest_gym.core.dataset import DatasetError, Task, read_tasks
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
+from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.suitefile import SuiteFileError, suite_settings
 
@@ -73,6 +75,8 @@ class GymDatasetFile(pytest.File):
     min_reward: float = 1.0
     reward_key: str = "reward"
     xfail_low: bool = False
+    #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
+    shard: Shard | None = None
     dataset_path: Path
 
     def __init__(self, *args: Any, settings: GymSettings | None = None, **kwargs: Any) -> None:
@@ -89,6 +93,7 @@ class GymDatasetFile(pytest.File):
         self.min_reward = settings.min_reward
         self.reward_key = settings.reward_key
         self.xfail_low = settings.verdict == "gate"
+        self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
 
     def collect(self) -> Iterable[GymTrial]:
         tasks = read_tasks(self.dataset_path, self._row_hook())
@@ -102,6 +107,8 @@ class GymDatasetFile(pytest.File):
         self._warn_duplicates(tasks)
         fixtureinfo = None
         for index, task in enumerate(tasks):
+            if self.shard is not None and not self.shard.holds(task.hash):
+                continue  # another job's task; its index stays the dataset's (Gym's _ng_task_index)
             for repeat in range(self.repeats):
                 name = f"{task.short_hash}[r{repeat}]"
                 item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)

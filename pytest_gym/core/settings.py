@@ -58,6 +58,11 @@ class GymSettings(BaseModel):
     export: tuple[str, ...] = ()
     export_opt: tuple[str, ...] = ()
     export_soft: bool = False
+    # -- sharding across CI jobs (issue 15) --
+    shard: str | None = Field(None, pattern=r"^\s*(\d+\s*/\s*\d+|auto)\s*$")
+    shard_verdicts: bool = False
+    merge: tuple[str, ...] = ()
+    merge_allow_missing: bool = False
 
     @property
     def starts_gym(self) -> bool:

@@ -14,7 +14,13 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> list[str]:
+def summary_lines(
+    verdicts: list[SuiteVerdict],
+    update_command: str | None,
+    deferred: tuple[str, dict[str, list[str]]] | None = None,
+    baseline: str | None = None,
+) -> list[str]:
+    """``deferred``: (why, labels of the gates per suite) when a shard leaves its gates and baseline to the merge."""
     lines: list[str] = []
     for v in verdicts:
         s = v.stats
@@ -28,6 +34,11 @@ def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> l
             lines.append("  (only the selected trials count: the selection narrowed the suite)")
         for g in v.gates:
             lines.append(f"  gate {g.gate.label}: {'PASS' if g.passed else 'FAIL'} ({g.reason})")
+        if deferred is not None:
+            why, labels = deferred
+            lines += [f"  gate {label}: {why}" for label in labels.get(v.suite, [])]
+            if baseline:
+                lines.append(f"  baseline: {why}")
         c = v.comparison
         if c is not None:
             delta = c.paired
@@ -64,13 +75,14 @@ def write_section(
     notes: list[str],
     exports: list[tuple[str, ExportResult]],
     baseline: str | None,
+    deferred: tuple[str, dict[str, list[str]]] | None = None,
 ) -> None:
-    """The ``pytest-gym`` section: suites, gates, baseline, run folder, notes, exports."""
+    """The ``pytest-gym`` section: suites, gates (or why they wait), baseline, run folder, notes, exports."""
     if not verdicts or terminalreporter.config.get_verbosity() < 0:
         return
-    update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline else None
+    update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline and not deferred else None
     terminalreporter.write_sep("=", "pytest-gym")
-    for line in summary_lines(verdicts, update):
+    for line in summary_lines(verdicts, update, deferred, baseline):
         terminalreporter.write_line(line)
     terminalreporter.write_line(f"run folder: {run_dir}")
     for note in notes:

@@ -46,13 +46,59 @@ def digest(basis: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def write_run_info(run_dir: Path, settings: GymSettings) -> None:
-    """Record what this run's rollouts depend on (once per run folder, atomically)."""
+def write_run_info(
+    run_dir: Path, settings: GymSettings | None, basis: dict[str, Any] | None = None, **extra: Any
+) -> None:
+    """Record what this run's rollouts depend on (once per run folder, atomically).
+
+    ``extra``: what a shard adds for the merge (``shard``, ``repeats``, ``datasets``, ``rootdir``);
+    ``basis``: the rollout settings when they are not this run's own (a merged folder keeps its shards').
+    """
     target = run_dir / RUN_INFO_FILE
     if target.exists():
         return
-    basis = rollout_basis(settings)
-    write_atomically(target, json.dumps({"digest": digest(basis), "basis": basis}, indent=2).encode(), fsync=False)
+    if basis is None:
+        if settings is None:
+            raise ValueError("write_run_info needs the settings or the basis")
+        basis = rollout_basis(settings)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = {"digest": digest(basis), "basis": basis, **extra}
+    write_atomically(target, json.dumps(data, indent=2).encode(), fsync=False)
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any] | None:
+    """A run folder's ``pytest_gym_run.json``, or None when it has none (or it does not parse)."""
+    try:
+        data = json.loads((run_dir / RUN_INFO_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def basis_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """The rollout settings two runs disagree on, by name."""
+    return sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+
+
+def file_sha256(path: Path) -> str:
+    digest_ = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest_.update(block)
+    return digest_.hexdigest()
+
+
+def dataset_entries(datasets: tuple[str, ...], rootdir: Path) -> list[dict[str, str]]:
+    """Each dataset as the merge finds it again: its path from the rootdir (absolute outside it) and content hash."""
+    entries = []
+    for dataset in datasets:
+        path = Path(dataset)
+        try:
+            shown = path.resolve().relative_to(rootdir.resolve()).as_posix()
+        except ValueError:
+            shown = str(path)
+        entries.append({"path": shown, "sha256": file_sha256(path)})
+    return entries
 
 
 @dataclass
@@ -78,8 +124,7 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
         return Reusable(note=f"resume: {resume_dir} has no readable {RUN_INFO_FILE}; nothing reused")
     basis = rollout_basis(settings)
     if info.get("digest") != digest(basis):
-        earlier = info.get("basis", {})
-        differ = sorted(k for k in set(basis) | set(earlier) if basis.get(k) != earlier.get(k))
+        differ = basis_differences(basis, info.get("basis", {}))
         return Reusable(
             note=f"resume: {resume_dir} was run with other settings ({', '.join(differ)} differ); nothing reused"
         )
