@@ -620,7 +620,6 @@ class GymSession:
             return
         finally:
             self.merged.close()
-        self.notes.append(self.merged.note)
         self.notes.extend(merged.notes)
 
     def _write_html(self) -> None:

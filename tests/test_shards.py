@@ -137,7 +137,7 @@ def test_shards_partition_the_trials_and_keep_repeats_together(pytester: pytest.
         collected(pytester, "--gym-dataset", "data.jsonl", "--gym-repeats", "3", "--gym-shard", f"{i}/3")
         for i in (1, 2, 3)
     ]
-    assert sorted(sum(parts, [])) == sorted(everything)
+    assert sorted(line for part in parts for line in part) == sorted(everything)
     assert len(everything) == 90
     for index, part in enumerate(parts, start=1):
         ids = {line.split("::")[1].split("[")[0] for line in part}

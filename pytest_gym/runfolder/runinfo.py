@@ -21,6 +21,8 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
 
 RUN_INFO_FILE = "pytest_gym_run.json"
+#: Fields the run folder adds to Gym's answer (``pytest_gym.runfolder.rollouts``), besides ``_pytest_gym_*``.
+_FOLDER_STAMPS = frozenset({"_ng_environment_server", "_ng_result_type"})
 
 
 def rollout_basis(settings: GymSettings) -> dict[str, Any]:
@@ -142,10 +144,12 @@ def reused_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome | No
     if isinstance(reward, bool) or not isinstance(reward, (int, float)):
         return None
     ref = record.get("agent_ref")
+    # The answer as Gym gave it: without what the run folder stamped on it (a failure message lists its fields).
+    answer = {k: v for k, v in record.items() if not k.startswith("_pytest_gym_") and k not in _FOLDER_STAMPS}
     return TrialOutcome.for_spec(
         spec,
         reward=float(reward),
-        answer=record,
+        answer=answer,
         attempts=int(record.get("_pytest_gym_attempts", 1)),
         agent=ref.get("name") if isinstance(ref, dict) else spec.agent,
         reused=True,
