@@ -123,7 +123,13 @@ def test_merge_judges_every_trial_of_the_shards_and_starts_nothing(pytester: pyt
     )
     low = sum(reward(t, r) < 1 for t in range(12) for r in range(2) if (t, r) != (4, 1))
     result.assert_outcomes(passed=23 - low, failed=low + 1, errors=1)  # + the failing gate; the fault is an error
-    result.stdout.fnmatch_lines(["*HTTP 500 from /run: boom*", "*gate mean_reward>=0.9: FAIL*", "*merge: 24 trials from 3 shard run folders (shards 1/3, 2/3, 3/3)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*HTTP 500 from /run: boom*",
+            "*gate mean_reward>=0.9: FAIL*",
+            "*merge: 24 trials from 3 shard run folders (shards 1/3, 2/3, 3/3)*",
+        ]
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     merged = root / "merged"
     assert len(read_jsonl(merged / ROLLOUTS_FILE)) == 23
@@ -276,9 +282,7 @@ def test_allow_missing_judges_the_rest_and_says_what_is_missing(pytester: pytest
     )
     result.assert_outcomes(passed=24 - absent, deselected=absent)
     result.stdout.fnmatch_lines(
-        [
-            f"note: {absent} trials (* tasks) were run by no shard given*shard 2/3*Deselected*allow-missing*"
-        ]
+        [f"note: {absent} trials (* tasks) were run by no shard given*shard 2/3*Deselected*allow-missing*"]
     )
     by_cli = cli(root, *(f.name for f in given), "-o", "cli-merged", "--allow-missing")
     assert by_cli.returncode == 0, by_cli.stderr
