@@ -570,6 +570,10 @@ class GymSession:
         self._collect_run_notes()
         verdicts = self.verdicts = results.judge(self.config.rootpath)
         deferred = self._defer(verdicts)
+        if self.shard is not None and not self.deferred:
+            self.notes.append(
+                f"gates and baselines judged on shard {self.shard}'s part of the suite (--gym-shard-verdicts)"
+            )
         suites = {v.suite: v.metrics() for v in verdicts}
         for suite, (labels, _) in deferred.items():
             suites[suite]["gates_deferred"] = dict.fromkeys(labels, self.deferred)
@@ -604,7 +608,8 @@ class GymSession:
         deferred = {}
         for verdict in verdicts:
             settings, _ = self._suite_settings(verdict.suite)
-            deferred[verdict.suite] = ([g.gate.label for g in verdict.gates], bool(settings.baseline))
+            compares = bool(settings.baseline) and not settings.update_baseline  # the check that would be a test
+            deferred[verdict.suite] = ([g.gate.label for g in verdict.gates], compares)
             verdict.gates = []
         self.deferred_gates = {suite: labels for suite, (labels, _) in deferred.items()}
         return deferred
@@ -685,6 +690,8 @@ class GymSession:
         """Last resort (a session that never reached sessionfinish): stop what this process started."""
         if self._sigterm_installed and signal.getsignal(signal.SIGTERM) is _terminate:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self.merged is not None:
+            self.merged.close()
         self._stop_gym()
 
 

@@ -167,6 +167,19 @@ def test_k_narrows_the_merge(pytester: pytest.Pytester, root: Path) -> None:
     assert len(read_jsonl(root / "m" / ROLLOUTS_FILE)) == 12
 
 
+def test_merge_under_xdist(pytester: pytest.Pytester, root: Path) -> None:
+    folders = make_shards(root)
+    result = pytester.runpytest(*merge_args(folders), "--gym-min-reward", "0", "-n", "2", "--gym-run-dir", "m")
+    result.assert_outcomes(passed=24)
+    assert len(read_jsonl(root / "m" / ROLLOUTS_FILE)) == 24
+    assert (root / "m" / AGGREGATE_FILE).exists()
+    # Workers cannot refuse the run: each missing trial is an error with the same message.
+    result = pytester.runpytest(*merge_args(_drop_shard(folders)), "-n", "2", "--gym-min-reward", "0")
+    absent = sum(shard_of(h, 3) == 2 for h in HASHES) * 2
+    result.assert_outcomes(passed=24 - absent, errors=absent)
+    result.stdout.fnmatch_lines(["*1 trials (1 tasks) were run by no shard given*shard 2/3, whose run folder*"])
+
+
 # -- refusals --------------------------------------------------------------------------------------------
 
 

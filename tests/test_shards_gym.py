@@ -202,3 +202,38 @@ def test_three_shards_merged_judge_like_one_unsharded_run(
     missing = pytester.runpytest("--gym-merge", "runs/shard-1", "--gym-merge", "runs/shard-3")
     assert missing.ret == pytest.ExitCode.USAGE_ERROR
     missing.stderr.fnmatch_lines(["*were run by no shard given*belong to shard 2/3, whose run folder was not given*"])
+
+
+def test_a_shard_defers_its_baseline_and_shard_verdicts_judge_its_part(
+    pytester: pytest.Pytester, example: Path, gym: RealGym
+) -> None:
+    from conftest import attach
+    from pytest_gym.core.dataset import read_tasks
+    from pytest_gym.core.shard import shard_of
+
+    index = shard_of(read_tasks(example)[0].hash, 2)  # a shard with at least one of the example's tasks
+    shard = ("--gym-shard", f"{index}/2", "--gym-verdict", "gate", "--gym-gate", "mean_reward >= 0.9")
+
+    # Comparing with a baseline waits for the merge: reported as a skipped test, never passed.
+    pytester.runpytest(*attach(gym, "--gym-run-dir", "base", "--gym-baseline", "b.json", "--gym-update-baseline"))
+    compared = pytester.runpytest(*attach(gym, *shard, "--gym-baseline", "b.json", "--junitxml", "c.xml"))
+    assert compared.ret == pytest.ExitCode.OK
+    compared.stdout.fnmatch_lines([f"  baseline: deferred to the merge (shard {index}/2)"])
+    cases = outcomes(pytester.path / "c.xml")
+    assert cases["baseline"] == cases["gate[mean_reward>=0.9]"] == "skipped"
+    summary = json.loads(next((pytester.path / ".pytest_gym" / "runs").glob("*/pytest_gym_summary.json")).read_text())
+    assert summary["shard"] == f"{index}/2"
+    assert summary["verdicts"] == "deferred"
+    (suite,) = summary["suites"].values()
+    assert suite["gates_deferred"] == {"mean_reward>=0.9": f"deferred to the merge (shard {index}/2)"}
+    assert "gates" not in suite or suite["gates"] == {}
+
+    # Nor is a baseline written from part of the suite.
+    written = pytester.runpytest(*attach(gym, *shard, "--gym-baseline", "part.json", "--gym-update-baseline"))
+    assert written.ret == pytest.ExitCode.OK
+    assert not (pytester.path / "part.json").exists()
+
+    # --gym-shard-verdicts: judged on the shard's part, and said so.
+    judged = pytester.runpytest(*attach(gym, *shard, "--gym-shard-verdicts"))
+    assert judged.ret == pytest.ExitCode.TESTS_FAILED
+    judged.stdout.fnmatch_lines(["*gate mean_reward>=0.9: FAIL*", f"*judged on shard {index}/2's part of the suite*"])
