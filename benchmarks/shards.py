@@ -10,9 +10,8 @@ mcqa, deterministically (the reward depends only on the row and the repeat), and
 
 1. The suite (ROWS x REPEATS trials) runs as SHARDS shard runs (``--gym-shard I/N``, ``-n 0``, one after
    another: the machine has 2 cores) and once unsharded; time of each.
-2. ``pytest --gym-merge`` over the shard folders, and ``python -m pytest_gym merge``, for the first
-   ``size`` rows' shards of each size in SIZES (a suite of that many rows, sharded the same way): wall time
-   and peak RSS (``os.wait4``), to see how the merge scales.
+2. ``pytest --gym-merge`` over the shard folders, and ``python -m pytest_gym merge``: wall time and peak
+   RSS (``os.wait4``). All of it is done for each suite size in SIZES (row counts), to see how it scales.
 3. The merged run's numbers (mean reward, pass@k, every per-task result: the ``--gym-update-baseline``
    files) must equal the unsharded run's, and the merged folder must hold every rollout once.
 
@@ -210,7 +209,9 @@ def write_rows(path: Path, rows: int) -> None:
         for i in range(rows):
             row = {
                 "responses_create_params": {
-                    "input": [{"role": "user", "content": f"Question {i}: which option is right? Answer in \\boxed{{}}."}]
+                    "input": [
+                        {"role": "user", "content": f"Question {i}: which option is right? Answer in \\boxed{{}}."}
+                    ]
                 },
                 "options": [{letter: f"option {letter} of question {i}"} for letter in LETTERS[:4]],
                 "expected_answer": LETTERS[i % 4],
@@ -288,7 +289,9 @@ def main(argv: list[str] | None = None) -> int:
                 [*PYTEST, *base, "--gym-run-dir", "whole", "--gym-baseline", "whole.json", "--gym-update-baseline"],
                 folder,
             )
-            print(f"  unsharded run: {whole.seconds:.1f} s, peak RSS {whole.max_rss_mib:.0f} MiB (exit {whole.returncode})")
+            print(
+                f"  unsharded run: {whole.seconds:.1f} s, peak RSS {whole.max_rss_mib:.0f} MiB, exit {whole.returncode}"
+            )
             merge_dirs = [arg for i in range(1, options.shards + 1) for arg in ("--gym-merge", f"shard-{i}")]
             merged = run(
                 [
@@ -306,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                  "-o", "cli-merged"],
                 folder,
             )  # fmt: skip
-            print(f"  python -m pytest_gym merge: {cli.seconds:.1f} s, peak RSS {cli.max_rss_mib:.0f} MiB (exit {cli.returncode})")
+            print(
+                f"  python -m pytest_gym merge: {cli.seconds:.1f} s, "
+                f"peak RSS {cli.max_rss_mib:.0f} MiB, exit {cli.returncode}"
+            )
             if merged.returncode != 0 or cli.returncode != 0:
                 print(merged.output[-3000:], cli.output[-3000:])
                 return 1
