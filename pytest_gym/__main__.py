@@ -66,6 +66,11 @@ def _merge(args: argparse.Namespace) -> int:
         print(missing_message(missing, folders, "Or pass --allow-missing to merge without them."), file=sys.stderr)
         return 1
     wanted = {(h, r) for _, h, r in trials} if folders[0].datasets else None
+    if wanted is None:
+        print(
+            "note: the shards recorded no datasets (suite files?): every trial is merged, none checked for missing",
+            file=sys.stderr,
+        )
     try:
         result = write_merged(records, out, wanted.__contains__ if wanted is not None else None)
     except OSError as exc:

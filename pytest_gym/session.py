@@ -54,6 +54,7 @@ from pytest_gym.runfolder.merge import (
     write_merged,
 )
 from pytest_gym.runfolder.runinfo import (
+    RUN_INFO_FILE,
     Reusable,
     dataset_entries,
     file_sha256,
@@ -265,6 +266,8 @@ class GymSession:
         """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
         assert self.shard is not None
         settings = self.settings
+        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
+        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
         write_run_info(
             self.run_dir,
             settings,
