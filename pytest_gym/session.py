@@ -191,6 +191,9 @@ class GymSession:
             problem = check_run_dir_unused(run_dir)
             if problem:
                 raise pytest.UsageError(f"pytest-gym: {problem}")
+        if settings.merge and settings.shard and config.getoption("gym_shard") is None:
+            # An ini shared by the shard jobs and the merge job (gym_shard = auto): the merge is no shard.
+            settings = settings.model_copy(update={"shard": None})
         cls._check(settings)
         shard = cls._shard(settings)
         merged = None

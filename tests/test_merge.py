@@ -159,6 +159,13 @@ def test_merge_takes_datasets_and_repeats_from_the_shards_and_refuses_others(
     result.stderr.fnmatch_lines(["*the shards ran */data.jsonl, this run names */other.jsonl*"])
 
 
+def test_a_shared_ini_shard_setting_does_not_make_the_merge_a_shard(pytester: pytest.Pytester, root: Path) -> None:
+    folders = make_shards(root)
+    pytester.makeini("[pytest]\ngym_shard = auto\n")
+    result = pytester.runpytest(*merge_args(folders), "--gym-min-reward", "0")
+    result.assert_outcomes(passed=24)
+
+
 def test_k_narrows_the_merge(pytester: pytest.Pytester, root: Path) -> None:
     folders = make_shards(root)
     result = pytester.runpytest(*merge_args(folders), "--gym-min-reward", "0", "-k", "r1", "--gym-run-dir", "m")
