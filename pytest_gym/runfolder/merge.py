@@ -314,6 +314,13 @@ def _shard_aggregates(folders: Sequence[ShardFolder]) -> dict[str, tuple[set[str
     return names
 
 
+def _measured(record: dict[str, Any]) -> dict[str, Any]:
+    """What Gym's aggregation reads of a record (the body it would POST, numbers only): 200k fit in memory."""
+    light = aggregate_request_from_records([record])["verify_responses"][0]
+    keep = ("_ng_task_index", "_ng_rollout_index", "mask_sample", "response", "ng_perf", "reward")
+    return {k: v for k, v in light.items() if k in keep or (not k.startswith("_") and isinstance(v, (int, float)))}
+
+
 def _aggregate(
     by_agent: dict[str, list[dict[str, Any]]], folders: Sequence[ShardFolder], out_dir: Path, result: MergeResult
 ) -> None:
@@ -385,8 +392,7 @@ def write_merged(
                 record = _parse(line) or {}
                 ref = record.get("agent_ref")
                 agent = str(ref.get("name")) if isinstance(ref, dict) and ref.get("name") else ""
-                # Only what Gym's aggregation reads is kept: the light body it would have been POSTed.
-                by_agent[agent].append(aggregate_request_from_records([record])["verify_responses"][0])
+                by_agent[agent].append(_measured(record))
             wanted = keep_failures[number]
             for offset, line in _lines(folder.path / FAILURES_FILE) if wanted else ():
                 if offset in wanted:
