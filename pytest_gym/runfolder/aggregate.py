@@ -44,6 +44,7 @@ _EXCLUDED_NAMES = frozenset(
     {TASK, ROLLOUT, "_ng_attempt_index", "sample_count", "missing_count", "num_repeats", "token_usage_version"}
 )
 _ACROSS = "_across_repeats/"
+_NOT_MEASURED = frozenset({MASK})
 
 
 def _is_primary(name: str) -> bool:
@@ -197,9 +198,9 @@ def _across_repeats(repeat_level: Sequence[Mapping[str, Any]]) -> dict[str, Any]
     return out
 
 
-def _rollout_info(result: Mapping[str, Any]) -> dict[str, Any]:
-    """``RewardProfiler.rollout_info_from_result``."""
-    task, repeat = result[TASK], result[ROLLOUT]
+def _rollout_info(result: Mapping[str, Any], position: tuple[Any, Any]) -> dict[str, Any]:
+    """``RewardProfiler.rollout_info_from_result`` (the mask flag is not a field)."""
+    task, repeat = position
     info: dict[str, Any] = {"rollout_id": f"{task}:{repeat}", TASK: task, ROLLOUT: repeat}
     if "reward" in result:
         info["reward"] = result.get("reward")
@@ -210,7 +211,7 @@ def _rollout_info(result: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(value, (int, float)):
             info[key] = value
     for key, value in result.items():
-        if key.startswith("_") or key in ("reward", "response"):
+        if key.startswith("_") or key in ("reward", "response", MASK):
             continue
         if isinstance(value, bool):
             info[key] = int(value)
@@ -338,28 +339,26 @@ def aggregate_metrics(
     if not scored:
         return {**empty, "agent_metrics": dict(coverage), "key_metrics": dict(coverage), "perf_summary": perf}
 
-    results: dict[tuple[Any, Any], dict[str, Any]] = {}
+    # Gym's select_measured drops the mask flag from what it measures; records are read, never copied.
+    ordered: list[tuple[tuple[Any, Any], Mapping[str, Any]]] = []
+    keys: set[tuple[Any, Any]] = set()
     for record in scored:
-        result = {k: v for k, v in record.items() if k != MASK}
-        result.setdefault("response", {})
-        result[TASK], result[ROLLOUT] = record.get(TASK, 0), record.get(ROLLOUT, 0)
-        key = (result[TASK], result[ROLLOUT])
-        if key in results:
+        key = (record.get(TASK, 0), record.get(ROLLOUT, 0))
+        if key in keys:
             raise ValueError(f"two records for task {key[0]} repeat {key[1]}: Gym's aggregation refuses them too")
-        results[key] = result
+        keys.add(key)
+        ordered.append((key, record))
+    ordered.sort(key=lambda pair: pair[0])
 
     rows: list[dict[str, Any]] = []  # Gym's data frame: one numeric row per rollout
     columns: list[str] = []
     seen: set[str] = set()
     infos: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for key in sorted(results):
-        result = results[key]
-        infos[key[0]].append(_rollout_info(result))
-        usage = (result.get("response") or {}).get("usage") or {}
-        merged = {**result, **usage} if isinstance(usage, dict) else result
-        numeric = _numeric_fields(merged.items())
-        numeric.pop(TASK, None)
-        numeric.pop(ROLLOUT, None)
+    for key, record in ordered:
+        infos[key[0]].append(_rollout_info(record, key))
+        usage = (record.get("response") or {}).get("usage") or {}
+        pairs = [*record.items(), *usage.items()] if isinstance(usage, dict) else list(record.items())
+        numeric = _numeric_fields(pairs, skip=_NOT_MEASURED)
         for column in numeric:
             if column not in seen:
                 seen.add(column)

@@ -332,8 +332,9 @@ def _aggregate(
     for agent, group in sorted(by_agent.items()):
         metric_names, key_names = shard_names.get(agent, (set(), set()))
         try:
+            group.sort(key=lambda r: (r.get("_ng_task_index") or 0, r.get("_ng_rollout_index") or 0))
             metrics = aggregate_metrics(
-                aggregate_request_from_records(group)["verify_responses"],
+                group,  # already stripped as Gym's collector would (_measured); sorted as it sends them
                 with_pass_at_k=any(name.startswith("pass@") for name in metric_names),
                 key_metric_names=sorted(key_names),
             )
