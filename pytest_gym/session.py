@@ -445,7 +445,7 @@ class GymSession:
         spec = item.spec
         state = self._trial_state(item.session)
         record = state.reusable.take(spec.task.hash, spec.repeat) if state.reusable else None
-        outcome = reused_outcome(spec, record) if record else None
+        outcome = reused_outcome(spec, record, from_shard=self.merged is not None) if record else None
         if self.merged is not None:
             outcome = outcome or self._merged_fault(spec)  # its record is copied at the end (write_merged)
         elif outcome is not None and record is not None:

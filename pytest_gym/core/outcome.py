@@ -162,3 +162,14 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
         tokens=tokens,
         reused=props.get("gym_reused") is True,
     )
+
+
+def token_usage(answer: dict[str, Any]) -> dict[str, int]:
+    """The token counts of a Gym answer's ``response.usage`` (a fresh one or one read back from a run folder)."""
+    response = answer.get("response")
+    usage = response.get("usage") if isinstance(response, dict) else None
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)
+    }

@@ -213,6 +213,8 @@ def resolve(
             raw = (
                 tuple(str(resolve_path(v, base)) for v in raw) if spec.kind == "list" else str(resolve_path(raw, base))
             )
+        if spec.name == "dataset":
+            raw = tuple(dict.fromkeys(raw))  # once each: pytest < 8.1 would collect a path given twice twice
         try:
             values[spec.name] = _validate_one(spec.name, raw)
         except ValidationError as exc:

@@ -20,7 +20,7 @@ from typing import Any
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
@@ -160,16 +160,6 @@ def post_rollout_once(
             await http.aclose()
 
     return run_blocking(once())
-
-
-def token_usage(answer: dict[str, Any]) -> dict[str, int]:
-    response = answer.get("response")
-    usage = response.get("usage") if isinstance(response, dict) else None
-    if not isinstance(usage, dict):
-        return {}
-    return {
-        k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)
-    }
 
 
 class Rollouts:
