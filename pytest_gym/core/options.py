@@ -131,6 +131,18 @@ SPECS: tuple[Spec, ...] = (
         metavar="RUN_DIR",
         is_path=True,
     ),
+    Spec(
+        "rescore",
+        "re-verify the saved answers of an earlier run folder with the current resources server (Gym's /verify); "
+        "no model is called, the trials report the new rewards",
+        metavar="RUN_DIR",
+        is_path=True,
+    ),
+    Spec(
+        "rescore_force",
+        "with --gym-rescore: re-verify even resources servers whose verification is not stateless",
+        "flag",
+    ),
     Spec("progress_interval", "seconds between progress lines on long runs (default 10; -q hides them)", "float", "S"),
     Spec(
         "gate",

@@ -55,6 +55,8 @@ class TrialOutcome:
     agent: str | None = None
     tokens: dict[str, int] = field(default_factory=dict)
     reused: bool = False
+    #: --gym-rescore: the reward is the current verifier's verdict on an earlier run's saved answer.
+    rescored: bool = False
 
     @classmethod
     def for_spec(cls, spec: TrialSpec, **fields: Any) -> TrialOutcome:
@@ -90,6 +92,8 @@ class TrialOutcome:
             props.append(("gym_error_class", self.error_class))
         if self.reused:
             props.append(("gym_reused", True))
+        if self.rescored:
+            props.append(("gym_rescored", True))
         return props
 
     def to_json(self) -> dict[str, Any]:
@@ -161,6 +165,7 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
         error_class=str(error_class) if error_class else None,
         tokens=tokens,
         reused=props.get("gym_reused") is True,
+        rescored=props.get("gym_rescored") is True,
     )
 
 

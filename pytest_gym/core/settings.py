@@ -53,6 +53,8 @@ class GymSettings(BaseModel):
     retries: int = Field(0, ge=0, le=100)
     max_errors: str | None = Field(None, pattern=r"^\s*\d+(\.\d+)?\s*%?\s*$")
     resume: str | None = None
+    rescore: str | None = None
+    rescore_force: bool = False
     progress_interval: float = Field(10.0, gt=0)
     gate: tuple[str, ...] = ()
     verdict: Literal["trial", "gate"] = "trial"

@@ -38,6 +38,7 @@ from pytest_gym.runfolder.rollouts import (
 from pytest_gym.runfolder.runinfo import write_run_info
 
 if TYPE_CHECKING:
+    from pytest_gym.gym.rescore import RescoreResult
     from pytest_gym.rollout.dispatcher import Dispatcher
 
 #: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
@@ -109,6 +110,25 @@ class GymRun:
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
+
+    def rescore(self, source: Path) -> RescoreResult:
+        """--gym-rescore: acquire the deployment (no dispatcher: nothing is rolled out) and re-verify every
+        saved answer of ``source``; the new verdicts go to this run folder's ``rescored.jsonl``."""
+        from pytest_gym.gym.rescore import RESCORED_FILE, rescore
+
+        if self.server is None:
+            endpoint = acquire(self.settings, self.run_dir)
+            default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
+            self.server = GymServer(endpoint, self.settings, default_agent)  # for the aggregate metrics at the end
+        return rescore(
+            source,
+            self.server.endpoint,
+            reward_key=self.settings.reward_key,
+            concurrency=self.settings.concurrency,
+            timeout=self.settings.trial_timeout,
+            force=self.settings.rescore_force,
+            output=self.run_dir / RESCORED_FILE,
+        )
 
     def _claims(self) -> Claims:
         """How this process shares the trials: alone, all in memory; xdist workers, through claim files."""
