@@ -24,10 +24,9 @@ from typing import Any
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_secrets
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.judge.paired import Rule, task_passes
 from pytest_gym.rollout.http import FetchError, fetch
-from pytest_gym.rollout.transport import token_usage
 from pytest_gym.runfolder.rollouts import (
     AGENT_REF_KEY,
     MATERIALIZED_FILE,
