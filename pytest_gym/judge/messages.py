@@ -82,13 +82,16 @@ def trajectory_view(answer: dict[str, Any] | None, record: str | None = None) ->
     for item in items:
         kind = item.get("type")
         if kind == "function_call":
-            lines.append(f"    tool call {_short(item.get('name'), 60)}({_short(item.get('arguments'), 100)})")
+            prefix, text = "    tool call ", f"{_short(item.get('name'), 60)}({_short(item.get('arguments'), 10_000)})"
         elif kind == "function_call_output":
-            lines.append(f"    tool output: {_short(item.get('output'))}")
+            prefix, text = "    tool output: ", item.get("output")
         elif kind == "message":
-            lines.append(f"    {_short(item.get('role') or 'assistant', 20)}: {_short(_item_text(item))}")
+            prefix, text = f"    {_short(item.get('role') or 'assistant', 20)}: ", _item_text(item)
         elif kind == "reasoning":
-            lines.append(f"    reasoning: {_short(_item_text(item))}")
+            prefix, text = "    reasoning: ", _item_text(item)
+        else:
+            continue
+        lines.append(prefix + _short(text, MAX_VIEW_LINE - len(prefix)))
     if len(lines) > MAX_VIEW_LINES:  # the start and the end (the final answer) matter most
         keep = MAX_VIEW_LINES - 1
         lines = [
@@ -98,7 +101,7 @@ def trajectory_view(answer: dict[str, Any] | None, record: str | None = None) ->
         ]
     head = f"  trajectory: {turn_count} turn{'s' * (turn_count != 1)}, {len(calls)} tool call{'s' * (len(calls) != 1)}"
     tail = [f"  full record: {_short(record, 400)}"] if record else []
-    return [head + ":", *[line[: MAX_VIEW_LINE + 4] for line in lines], *tail]
+    return [head + ":", *lines, *tail]
 
 
 def _bounded(message: str) -> str:
