@@ -8,7 +8,6 @@ with Gym's tools").
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -124,7 +123,15 @@ def tool_call_example(gym_cli: str, folder: Path) -> Path:
     )
     if not found:
         pytest.fail(f"no resources_servers/example_single_tool_call next to {gym_cli}: is it a nemo-gym 0.7 install?")
-    return Path(shutil.copy(found[0] / "example.jsonl", folder / "weather.jsonl"))
+    # Gym's ATIF export supports no "developer" message (its own reason to refuse a row): the copy says "system".
+    rows = [json.loads(line) for line in (found[0] / "example.jsonl").read_text().splitlines() if line.strip()]
+    for row in rows:
+        for message in row["responses_create_params"]["input"]:
+            if message.get("role") == "developer":
+                message["role"] = "system"
+    target = folder / "weather.jsonl"
+    target.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return target
 
 
 def tool_call_args(gym_cli: str, *args: str) -> tuple[str, ...]:
