@@ -71,6 +71,11 @@ class GymSettings(BaseModel):
     price_out: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     keyword_field: tuple[str, ...] = ()
     marker_field: str | None = Field(None, min_length=1)
+    # -- sharding across CI jobs (issue 15) --
+    shard: str | None = Field(None, pattern=r"^\s*(\d+\s*/\s*\d+|auto)\s*$")
+    shard_verdicts: bool = False
+    merge: tuple[str, ...] = ()
+    merge_allow_missing: bool = False
 
     @property
     def starts_gym(self) -> bool:
