@@ -79,6 +79,7 @@ def trajectory_view(answer: dict[str, Any] | None, record: str | None = None) ->
         len(turns) if isinstance(turns, list) else sum(1 for i in items if i.get("type") == "message") + len(calls)
     )
     lines = []
+    text: Any
     for item in items:
         kind = item.get("type")
         if kind == "function_call":
