@@ -202,7 +202,9 @@ class GymRun:
 
     def start_trajectories(self) -> None:
         """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
-        if not self.owner or self.settings.trajectories != "on" or self.finalizer is not None:
+        if not self.owner or self.settings.trajectories != "on" or not self.settings.starts_gym:
+            return
+        if self.finalizer is not None:
             return
         python = gym_python(self.settings.cli)
         if python is None:
@@ -239,20 +241,23 @@ class GymRun:
         endpoint = self.endpoint()
         if endpoint is None:
             return  # nothing ran against Gym here (every trial reused)
-        if endpoint.capture_dir is None:
+        if endpoint.local_pids and endpoint.capture_dir is None:
             self.notes.append(
-                f"trajectories: the attached Gym at {endpoint.head_url} does not capture model calls, so the "
-                "records have no ng_trajectory for gym eval export/health-check; start it with "
-                "++observability_enabled=true ++model_call_capture_dir=/absolute/dir (or --gym-trajectories off)"
+                "trajectories: Gym was started without observability_enabled/model_call_capture_dir (a --gym-set "
+                "overrode them?): records keep Gym's answers as they are"
+            )
+            return
+        if not endpoint.local_pids:
+            # An attached Gym: its capture folder (if any) is shared by every run against it, and capture ids
+            # are "<task>-<rollout>", the same in each run, so its files would mix runs. Only a Gym this run
+            # started captures into a folder of this run alone.
+            self.notes.append(
+                f"trajectories: records keep the attached Gym's answers as they are ({endpoint.head_url}); Gym's "
+                "collector step (ng_trajectory from captured model calls, for gym eval health-check and export) "
+                "needs a Gym pytest-gym starts, capturing into this run's folder; --gym-trajectories off silences this"
             )
             return
         folder = Path(endpoint.capture_dir)
-        if not folder.is_dir() and not endpoint.local_pids:  # started here: a run without model calls has none
-            self.notes.append(
-                f"trajectories: Gym's capture folder {folder} is not on this machine (or holds nothing yet): "
-                "records kept as Gym answered"
-            )
-            return
         if self.finalizer is None or self.finalizer.folder != folder:
             if self.finalizer is not None:
                 self.finalizer.close()
