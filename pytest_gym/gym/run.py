@@ -247,7 +247,7 @@ class GymRun:
                 "overrode them?): records keep Gym's answers as they are"
             )
             return
-        if not endpoint.local_pids:
+        if not endpoint.local_pids or endpoint.capture_dir is None:
             # An attached Gym: its capture folder (if any) is shared by every run against it, and capture ids
             # are "<task>-<rollout>", the same in each run, so its files would mix runs. Only a Gym this run
             # started captures into a folder of this run alone.
