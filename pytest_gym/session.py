@@ -459,6 +459,8 @@ class GymSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
+        if self.owner and self.progress.total and not self.config.option.collectonly:
+            self.run.start_trajectories()
 
     # -- re-scoring an earlier run -------------------------------------------------------------------
 

@@ -103,6 +103,12 @@ SPECS: tuple[Spec, ...] = (
         metavar="PATH",
         is_path=True,
     ),
+    Spec(
+        "trajectories",
+        "'on' (default): Gym captures every model call into the run folder and the records get Gym's "
+        "ng_trajectory/ng_perf, as `gym eval run` writes them (for gym eval export/health-check); 'off'",
+        choices=("on", "off"),
+    ),
     Spec("startup_timeout", "seconds to wait for Gym to be ready (default 240)", "float", "S"),
     Spec("shutdown_grace", "seconds Gym gets to stop after SIGINT before SIGTERM/SIGKILL (default 30)", "float", "S"),
     Spec("trial_timeout", "seconds one rollout may take (default 600)", "float", "S"),

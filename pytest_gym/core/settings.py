@@ -44,6 +44,7 @@ class GymSettings(BaseModel):
     cli: str = "gym"
     server_venv: str | None = None
     run_dir: str | None = None
+    trajectories: Literal["on", "off"] = "on"
     startup_timeout: float = Field(240.0, gt=0)
     shutdown_grace: float = Field(30.0, ge=0)
     trial_timeout: float = Field(600.0, gt=0)
