@@ -55,9 +55,7 @@ def check_run_folder(cli: str, run: Path, dataset: Path, trials: int, env_server
     for record in records:
         assert record["_ng_task_index"] == positions[record["_pytest_gym_task_hash"]]  # the row's place, stable
         assert (record["_ng_environment_server"], record["_ng_result_type"]) == (env_server, "legacy_agent")
-        assert (
-            record["ng_model_call_capture"]["rollout_id"] == f"{record['_ng_task_index']}-{record['_ng_rollout_index']}"
-        )
+        assert record["ng_model_call_capture"]["rollout_id"] == record["_ng_rollout_id"]  # pytest-gym's, per trial
         assert len(record["ng_model_call_capture"]["calls"]) == 1 + tool_calls
         assert record["ng_perf"]["num_tool_calls"] == tool_calls
         # Gym's simple_agent notes that the verifier reported no `resolved`: the only gap, as in `gym eval run`.
@@ -115,6 +113,30 @@ def test_mcqa_run_folders_read_as_gyms_own_with_and_without_xdist(
     )
     assert compare.returncode == 0, compare.stdout + compare.stderr
     assert list((pytester.path / "compare").glob("*.json"))
+
+
+def test_two_datasets_in_one_run_keep_their_trajectories_apart(
+    pytester: pytest.Pytester, example: Path, gym_cli: str
+) -> None:
+    # The same task indices in both (0..4): Gym's default capture key "<task>-<rollout>" would collide.
+    other = pytester.path / "other.jsonl"
+    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["responses_create_params"]["input"][0]["content"] += " (second set)"
+    other.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = pytester.runpytest_subprocess(
+        *start_mode(gym_cli, "--gym-dataset", "other.jsonl"), "-p", "no:randomly", "-n", "2"
+    )
+    result.assert_outcomes(passed=4, failed=6)
+    records = read_jsonl(pytester.path / "run" / "rollouts.jsonl")
+    assert len(records) == 10
+    ids = [record["_ng_rollout_id"] for record in records]
+    assert len(set(ids)) == 10, ids
+    for record in records:
+        capture = record["ng_model_call_capture"]
+        assert capture["rollout_id"] == record["_ng_rollout_id"]
+        assert len(capture["calls"]) == 1, capture  # its own model call, not the other dataset's too
+    assert len(list((pytester.path / "run" / "model_calls").glob("*.capture.jsonl"))) == 10
 
 
 def tool_call_example(gym_cli: str, folder: Path) -> Path:

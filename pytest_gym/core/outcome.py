@@ -8,6 +8,7 @@ by its properties, ``is_trial_nodeid`` by its node id where only ids are known.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable
@@ -33,6 +34,14 @@ class TrialSpec:
     @property
     def key(self) -> tuple[str, int]:
         return (self.task.hash, self.repeat)
+
+    @property
+    def rollout_id(self) -> str:
+        """Gym's ``_ng_rollout_id``, the key of the trial's captured model calls: Gym's default key
+        (``<task index>-<rollout index>``) repeats across the datasets of one run, and their
+        trajectories would mix."""
+        where = hashlib.sha256(self.nodeid.encode()).hexdigest()[:8]
+        return f"{self.task.short_hash}-r{self.repeat}-{where}"
 
 
 @dataclass

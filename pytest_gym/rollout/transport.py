@@ -58,13 +58,17 @@ def row_agent(row: dict[str, object]) -> str | None:
     return None
 
 
-def build_request(row: dict[str, Any], agent: str | None, task_index: int, repeat: int) -> dict[str, Any]:
-    """The body Gym's collector sends: the row, its agent, and the task/rollout indices."""
+def build_request(
+    row: dict[str, Any], agent: str | None, task_index: int, repeat: int, rollout_id: str | None = None
+) -> dict[str, Any]:
+    """The body Gym's collector sends: the row, its agent, the task/rollout indices (and rollout id)."""
     body = dict(row)
     if agent is not None:
         body["agent_ref"] = {"name": agent}
     body["_ng_task_index"] = task_index
     body["_ng_rollout_index"] = repeat
+    if rollout_id is not None:
+        body["_ng_rollout_id"] = rollout_id
     return body
 
 
@@ -197,7 +201,9 @@ class Rollouts:
                 )
             outcome.agent = agent
             url = self.endpoint.route_for(agent)
-            body = build_request(row, agent if spec.agent or not own else None, spec.task_index, spec.repeat)
+            body = build_request(
+                row, agent if spec.agent or not own else None, spec.task_index, spec.repeat, spec.rollout_id
+            )
             outcome.request = body
             answer, reward, latency = await self._post(url, encode(body), spec.reward_key, outcome)
         except TrialFault as fault:
