@@ -299,6 +299,10 @@ class GymSession:
             parse_error_budget(settings.max_errors)
         except ValueError as exc:
             raise pytest.UsageError(f"pytest-gym: --gym-max-errors: {exc}") from None
+        try:  # the --gym-header variables are set, the --gym-ca-file loads: now, not at the first trial
+            settings.access()
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
         if settings.resume and not Path(settings.resume).is_dir():
             raise pytest.UsageError(f"pytest-gym: --gym-resume {settings.resume} is not a run folder")
         if settings.update_baseline and not settings.baseline:

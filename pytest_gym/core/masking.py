@@ -74,11 +74,20 @@ MAX_MESSAGE = 8000
 MAX_DEPTH = 64
 
 
+#: Environment variables whose values are secrets whatever their names (``--gym-header NAME=ENVVAR``).
+_SECRET_ENV: set[str] = set()
+
+
+def register_secret_env(name: str) -> None:
+    """Mask the value of environment variable ``name`` from now on (it holds a credential)."""
+    _SECRET_ENV.add(name)
+
+
 def known_secrets() -> list[str]:
     """Values that must never appear: the policy key and other secret-named env vars, longest first."""
     values = []
     for name, value in os.environ.items():
-        if (name == POLICY_KEY_ENV or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET:
+        if (name == POLICY_KEY_ENV or name in _SECRET_ENV or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET:
             values.append(value)
     return sorted(set(values), key=len, reverse=True)
 

@@ -232,6 +232,17 @@ SPECS: tuple[Spec, ...] = (
         is_path=True,
     ),
     Spec("merge_allow_missing", "with --gym-merge: deselect trials no shard ran instead of failing", "flag"),
+    # -- a Gym on another host (issue 15) --
+    Spec(
+        "header",
+        "HTTP header NAME sent with every request to Gym (head and servers), its value read from environment "
+        "variable ENVVAR (e.g. Authorization=GYM_AUTH); repeatable",
+        "list",
+        "NAME=ENVVAR",
+    ),
+    Spec(
+        "ca_file", "trust this CA bundle (PEM) for https Gym URLs (default: the system's)", metavar="PATH", is_path=True
+    ),
 )
 
 SPEC_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}

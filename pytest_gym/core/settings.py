@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from pytest_gym.core.access import HOW_TO_PASS_HEADERS, GymAccess, gym_access, header_problem
 from pytest_gym.core.masking import POLICY_KEY_ENV
 from pytest_gym.core.options import SPECS, Spec
 
@@ -78,10 +79,17 @@ class GymSettings(BaseModel):
     shard_verdicts: bool = False
     merge: tuple[str, ...] = ()
     merge_allow_missing: bool = False
+    # -- a Gym on another host (issue 15): header values come from the environment (core.access)
+    header: tuple[str, ...] = Field((), description="NAME=ENVVAR")
+    ca_file: str | None = None
 
     @property
     def starts_gym(self) -> bool:
         return self.url is None
+
+    def access(self) -> GymAccess:
+        """The headers (values from the environment) and TLS trust for talking to Gym; ValueError if unusable."""
+        return gym_access(self.header, self.ca_file)
 
     @field_validator("model_url")
     @classmethod
@@ -208,8 +216,9 @@ def resolve(
             raw = _split_list(raw)
         problem = _credentials(spec.name, raw)
         if problem:  # said without the value: it is a secret
+            how = HOW_TO_PASS_HEADERS if spec.name == "header" else HOW_TO_PASS_KEYS
             raise SettingError(f"pytest-gym: {spec.flag} from {_where(source, spec)} holds a credential "
-                               f"({problem}); {HOW_TO_PASS_KEYS}")  # fmt: skip
+                               f"({problem}); {how}")  # fmt: skip
         if spec.name == "config":
             raw = tuple(gym_config_path(v, base) for v in raw)
         elif spec.is_path and raw != "auto":
@@ -233,6 +242,8 @@ def _credentials(name: str, raw: Any) -> str | None:
         return url_credentials(raw)
     if name == "set":
         return next((p for p in (set_credentials(str(item)) for item in raw) if p), None)
+    if name == "header":
+        return next((p for p in (header_problem(str(item)) for item in raw) if p), None)
     return None
 
 

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.masking import POLICY_KEY_ENV, clean_text, strip_control
@@ -122,16 +123,19 @@ def parse_server_instances(instances: Any, head_url: str) -> list[ServerInstance
     return servers
 
 
-def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
-    """Ask a running head server for its servers and how rows reach each agent."""
+def discover(head_url: str, timeout: float = 10.0, access: GymAccess | None = None) -> GymEndpoint:
+    """Ask a running head server for its servers and how rows reach each agent (with ``access``'s headers/TLS)."""
     import yaml  # imported when used: pytest start-up is paid by every run and every xdist worker
 
     from pytest_gym.rollout.http import FetchError, fetch
 
     head_url = head_url.rstrip("/")
+    access = access or GymAccess()
 
     def get_json(route: str) -> Any:
-        status, data = fetch("GET", f"{head_url}/{route}", timeout=timeout)
+        status, data = fetch(
+            "GET", f"{head_url}/{route}", timeout=timeout, headers=access.headers, ssl_context=access.ssl_context
+        )
         if status >= 400:
             raise FetchError(f"HTTP {status} from {head_url}/{route}")
         return json.loads(data)
@@ -140,7 +144,7 @@ def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
         instances = get_json("server_instances")
         config_text = get_json("global_config_dict_yaml")
     except (FetchError, ValueError, RecursionError) as exc:
-        raise GymError(clean_text(f"cannot read Gym's servers from {head_url}: {exc}")) from None
+        raise GymError(clean_text(f"cannot read Gym's servers from {head_url}: {exc}{access_hint(str(exc))}")) from None
     servers = parse_server_instances(instances, head_url)
     if not isinstance(config_text, str):
         raise GymError(
@@ -380,7 +384,10 @@ def _start_log(log_path: Path) -> str:
     return tail + (f"\nfirst error in the log: {cause}" if cause else "")
 
 
-def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path) -> None:
+def wait_ready(
+    head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path, access: GymAccess | None = None
+) -> None:
+    access = access or GymAccess()
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     from pytest_gym.rollout.http import FetchError, fetch
@@ -392,7 +399,9 @@ def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log
                 f"Gym exited with code {code} during start-up; log {log_path}, last lines:\n{_start_log(log_path)}"
             )
         try:
-            status, _ = fetch("GET", f"{head_url}/readyz", timeout=2.0)
+            status, _ = fetch(
+                "GET", f"{head_url}/readyz", timeout=2.0, headers=access.headers, ssl_context=access.ssl_context
+            )
             if status == 200:
                 return
             last = f"HTTP {status}"
@@ -405,7 +414,9 @@ def wait_ready(head_url: str, proc: subprocess.Popen[bytes], timeout: float, log
     )
 
 
-def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None = None) -> tuple[GymEndpoint, Started]:
+def start_deployment(
+    settings: GymSettings, run_dir: Path, owner_pid: int | None = None, access: GymAccess | None = None
+) -> tuple[GymEndpoint, Started]:
     """Start the policy (if scripted) and ``gym env start``; stop both again on any failure.
 
     Both run under supervisors that stop them when this process (or ``owner_pid``) is gone.
@@ -453,8 +464,8 @@ def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None
         gym_proc = supervisor_popen(gym)
         assert gym_proc is not None
         # The supervisor exits with Gym's code when Gym exits by itself.
-        wait_ready(head_url, gym_proc, settings.startup_timeout, log_path)
-        endpoint = discover(head_url)
+        wait_ready(head_url, gym_proc, settings.startup_timeout, log_path, access)
+        endpoint = discover(head_url, access=access)
         endpoint.log_path = str(log_path)
         endpoint.policy_url = policy_url
         if policy is not None and policy_url is not None:
@@ -500,14 +511,14 @@ def _write_state(run_dir: Path, state: dict[str, Any]) -> None:
     write_atomically(run_dir / STATE_FILE, json.dumps(state).encode(), fsync=False)
 
 
-def acquire(settings: GymSettings, run_dir: Path) -> GymEndpoint:
+def acquire(settings: GymSettings, run_dir: Path, access: GymAccess | None = None) -> GymEndpoint:
     """The run's deployment: attached, already started by another process, or started now.
 
     A failed start is recorded too, so every process reports the same error and
     nobody tries again.
     """
     if settings.url:
-        endpoint = discover(settings.url)
+        endpoint = discover(settings.url, access=access)
         return endpoint
     with _locked(run_dir):
         state = read_state(run_dir)
@@ -516,7 +527,7 @@ def acquire(settings: GymSettings, run_dir: Path) -> GymEndpoint:
                 raise GymError(state["error"])
             return GymEndpoint.from_json(state["endpoint"])
         try:
-            endpoint, started = start_deployment(settings, run_dir, owner_pid=_run_owner())
+            endpoint, started = start_deployment(settings, run_dir, owner_pid=_run_owner(), access=access)
         except GymError as exc:
             _write_state(run_dir, {"error": str(exc)})
             raise

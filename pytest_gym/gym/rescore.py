@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_secrets
@@ -101,20 +102,21 @@ def agent_resources_servers(config: Any) -> dict[str, str]:
     return mapping
 
 
-def _get_json(url: str, timeout: float) -> Any:
+def _get_json(url: str, timeout: float, access: GymAccess) -> Any:
     try:
-        status, data = fetch("GET", url, timeout=timeout)
+        status, data = fetch("GET", url, timeout=timeout, headers=access.headers, ssl_context=access.ssl_context)
     except FetchError as exc:
-        raise GymError(f"cannot reach {url}: {exc}") from None
+        raise GymError(f"cannot reach {url}: {exc}{access_hint(str(exc))}") from None
     if status >= 400:
-        raise GymError(f"HTTP {status} from {url}: {mask_secrets(data[:200].decode('utf-8', 'replace'))}")
+        text = f"HTTP {status} from {url}: {mask_secrets(data[:200].decode('utf-8', 'replace'))}"
+        raise GymError(text + access_hint(text))
     return json.loads(data)
 
 
-def _config(endpoint: GymEndpoint, timeout: float) -> Any:
+def _config(endpoint: GymEndpoint, timeout: float, access: GymAccess) -> Any:
     import yaml  # as deployment.discover: only when used
 
-    text = _get_json(f"{endpoint.head_url}/global_config_dict_yaml", timeout)
+    text = _get_json(f"{endpoint.head_url}/global_config_dict_yaml", timeout, access)
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception as exc:
@@ -140,6 +142,7 @@ def rescore(
     timeout: float = 120.0,
     force: bool = False,
     output: str | Path | None = RESCORED_FILE,
+    access: GymAccess | None = None,
 ) -> RescoreResult:
     """Re-verify every rewarded rollout of ``run_dir`` with ``endpoint``'s resources servers.
 
@@ -163,7 +166,8 @@ def rescore(
             continue
         latest[key] = record
 
-    agents = agent_resources_servers(_config(endpoint, timeout))
+    access = access or GymAccess()
+    agents = agent_resources_servers(_config(endpoint, timeout, access))
     urls = {s.process_name: s.url for s in endpoint.servers if s.server_type == RESOURCES_TYPE}
     only = next(iter(urls)) if len(urls) == 1 else None
 
@@ -181,7 +185,7 @@ def rescore(
         return name
 
     routed = [(key, record, server_for(record)) for key, record in sorted(latest.items(), key=lambda kv: kv[0])]
-    modes = {name: str(_get_json(f"{urls[name]}/reverify_mode", timeout)) for name in {s for _, _, s in routed}}
+    modes = {name: str(_get_json(f"{urls[name]}/reverify_mode", timeout, access)) for name in {s for _, _, s in routed}}
     unsafe = sorted(name for name, mode in modes.items() if mode != "stateless")
     if unsafe and not force:
         raise UnsafeRescore(
@@ -213,12 +217,15 @@ def rescore(
     def verify(result: Rescored, request: dict[str, Any], record: dict[str, Any], url: str) -> None:
         body = json.dumps(verify_payload(request, record), ensure_ascii=False)
         try:
-            status, data = fetch("POST", url, body.encode(), timeout=timeout)
+            status, data = fetch(
+                "POST", url, body.encode(), timeout=timeout, headers=access.headers, ssl_context=access.ssl_context
+            )
         except FetchError as exc:
-            result.error = f"cannot reach {url}: {exc}"
+            result.error = f"cannot reach {url}: {exc}{access_hint(str(exc))}"
             return
         if status >= 400:
-            result.error = f"HTTP {status} from {url}: {mask_secrets(data[:200].decode('utf-8', 'replace'))}"
+            text = f"HTTP {status} from {url}: {mask_secrets(data[:200].decode('utf-8', 'replace'))}"
+            result.error = text + access_hint(text)
             return
         try:
             answer = json.loads(data)

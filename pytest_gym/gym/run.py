@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import Masker, clean_text
@@ -67,6 +68,17 @@ class GymRun:
         default=None, init=False, repr=False
     )
     _trajectory_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _access: GymAccess | None = field(default=None, init=False, repr=False)
+
+    @property
+    def access(self) -> GymAccess:
+        """Headers (values read from the environment once) and TLS trust for every request to Gym."""
+        if self._access is None:
+            try:
+                self._access = self.settings.access()
+            except ValueError as exc:  # checked at start (a usage error): only a changed environment gets here
+                raise GymError(str(exc)) from None
+        return self._access
 
     @property
     def concurrency(self) -> int:
@@ -87,14 +99,14 @@ class GymRun:
             raise GymError(self.error)
         if self.server is None:
             try:
-                endpoint = acquire(self.settings, self.run_dir)
+                endpoint = acquire(self.settings, self.run_dir, self.access)
             except GymError as exc:
                 self.error = str(exc)
                 raise
             if self.settings.url and self.worker is not None:
                 self._record_attached(endpoint)
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
-            self.server = GymServer(endpoint, self.settings, default_agent)
+            self.server = GymServer(endpoint, self.settings, default_agent, self.access)
             from pytest_gym.rollout.dispatcher import Dispatcher
 
             self.dispatcher = Dispatcher(
@@ -106,6 +118,7 @@ class GymRun:
                 claims=self._claims(),
                 retries=self.settings.retries,
                 skip=skip,
+                access=self.access,
             )
             writer = self.open_writer()
             writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type
@@ -122,9 +135,10 @@ class GymRun:
         from pytest_gym.gym.rescore import RESCORED_FILE, rescore
 
         if self.server is None:
-            endpoint = acquire(self.settings, self.run_dir)
+            endpoint = acquire(self.settings, self.run_dir, self.access)
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
-            self.server = GymServer(endpoint, self.settings, default_agent)  # for the aggregate metrics at the end
+            # for the aggregate metrics at the end
+            self.server = GymServer(endpoint, self.settings, default_agent, self.access)
         return rescore(
             source,
             self.server.endpoint,
@@ -133,6 +147,7 @@ class GymRun:
             timeout=self.settings.trial_timeout,
             force=self.settings.rescore_force,
             output=self.run_dir / RESCORED_FILE,
+            access=self.access,
         )
 
     def _claims(self) -> Claims:
@@ -314,12 +329,15 @@ class GymRun:
         for agent, group in by_agent.items():
             try:
                 url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
-                status, data = fetch("POST", url, json.dumps(aggregate_request_from_records(group)).encode(), 120)
+                body = json.dumps(aggregate_request_from_records(group)).encode()
+                headers, context = self.access.headers, self.access.ssl_context
+                status, data = fetch("POST", url, body, 120, headers=headers, ssl_context=context)
                 if status >= 400:
                     raise FetchError(f"HTTP {status}: {data[:200].decode('utf-8', 'replace')}")
                 entries.append(aggregate_entry(agent, aggregate_answer(data)))
             except (FetchError, GymError, ValueError) as exc:
-                self.notes.append(clean_text(f"Gym's /aggregate_metrics failed for {agent}: {exc}"))
+                hint = access_hint(str(exc))
+                self.notes.append(clean_text(f"Gym's /aggregate_metrics failed for {agent}: {exc}{hint}"))
         if entries:
             write_aggregate_metrics(self.run_dir, entries)
         return entries

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.settings import GymSettings
 
@@ -15,10 +16,18 @@ class GymServer:
     Gym's answer, so a test can inspect what the verifier said.
     """
 
-    def __init__(self, endpoint: GymEndpoint, settings: GymSettings, default_agent: str | None) -> None:
+    def __init__(
+        self,
+        endpoint: GymEndpoint,
+        settings: GymSettings,
+        default_agent: str | None,
+        access: GymAccess | None = None,
+    ) -> None:
         self.endpoint = endpoint
         self.settings = settings
         self.default_agent = default_agent
+        #: Headers and TLS trust for Gym's servers (``--gym-header``, ``--gym-ca-file``).
+        self.access = access or GymAccess()
 
     @property
     def url(self) -> str:
@@ -53,5 +62,7 @@ class GymServer:
             raise GymError(f"no agent for this row: pass agent=..., one of {', '.join(self.agents)}")
         url = self.endpoint.route_for(name)
         body = build_request(row, name, task_index, repeat)
-        answer, _, _ = post_rollout_once(url, body, timeout or self.settings.trial_timeout, self.settings.reward_key)
+        answer, _, _ = post_rollout_once(
+            url, body, timeout or self.settings.trial_timeout, self.settings.reward_key, self.access
+        )
         return answer

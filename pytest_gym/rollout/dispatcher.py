@@ -31,6 +31,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout.claims import Claims, LocalClaims
@@ -117,6 +118,7 @@ class Dispatcher:
         claims: Claims | None = None,
         retries: int = 0,
         skip: frozenset[str] = frozenset(),
+        access: GymAccess | None = None,
     ) -> None:
         self.endpoint = endpoint
         #: Trials never to roll out here (their results are reused from an earlier run).
@@ -150,7 +152,8 @@ class Dispatcher:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
         self._thread.start()
-        self._http = HTTPPool()
+        access = access or GymAccess()  # an auth proxy's headers and the CA of https servers
+        self._http = HTTPPool(access.headers, access.ssl_context)
         self._health = Health(endpoint, self._http, probe_timeout_s=min(5.0, trial_timeout))
         self._rollouts = Rollouts(
             endpoint, self._http, self._health, trial_timeout, default_agent, retries, self.counts

@@ -89,13 +89,17 @@ def fetch(
     timeout: float = 10.0,
     headers: Mapping[str, str] | None = None,
     max_body: int = FETCH_MAX_BODY,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[int, bytes]:
-    """One blocking request on a fresh connection: (status, body). Raises FetchError."""
+    """One blocking request on a fresh connection: (status, body). Raises FetchError.
+
+    ``headers`` and ``ssl_context`` as for ``HTTPPool``.
+    """
 
     async def once() -> Response:
-        pool = HTTPPool()
+        pool = HTTPPool(headers, ssl_context)
         try:
-            return await asyncio.wait_for(pool.request(method, url, body, max_body, headers), timeout)
+            return await asyncio.wait_for(pool.request(method, url, body, max_body), timeout)
         finally:
             await pool.aclose()
 

@@ -17,6 +17,7 @@ import math
 import time
 from typing import Any
 
+from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
@@ -146,18 +147,19 @@ async def post_rollout(
     except asyncio.IncompleteReadError:
         raise TrialFault("connection", f"cannot reach {url}: the server closed the connection mid-answer") from None
     except (OSError, ProtocolError) as exc:
-        raise TrialFault("connection", f"cannot reach {url}: {type(exc).__name__}: {mask_secrets(str(exc))}") from None
+        text = f"{type(exc).__name__}: {mask_secrets(str(exc))}"
+        raise TrialFault("connection", f"cannot reach {url}: {text}{access_hint(text)}") from None
     answer, reward = parse_answer(status, data, url, reward_key, retry_after)
     return answer, reward, time.perf_counter() - started
 
 
 def post_rollout_once(
-    url: str, body: dict[str, Any], timeout: float, reward_key: str
+    url: str, body: dict[str, Any], timeout: float, reward_key: str, access: GymAccess | None = None
 ) -> tuple[dict[str, Any], float, float]:
     """``post_rollout`` from synchronous code (``gym_server.run``): its own pool, closed afterwards."""
 
     async def once() -> tuple[dict[str, Any], float, float]:
-        http = HTTPPool()
+        http = HTTPPool(access.headers, access.ssl_context) if access else HTTPPool()
         try:
             return await post_rollout(http, url, encode(body), timeout, reward_key)
         finally:

@@ -1,0 +1,101 @@
+"""How pytest-gym reaches a Gym on another host: extra headers (an auth proxy's) and the CA to trust.
+
+``--gym-header NAME=ENVVAR`` names the environment variable that holds the header's value, so the value
+never passes through the command line, the ini file, the settings written to the run folder or a log.
+The values are read here, once per process (xdist workers inherit the environment), and reach the HTTP
+client as a plain mapping; ``--gym-ca-file`` reaches it as an ``ssl.SSLContext``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pytest_gym.core.masking import register_secret_env
+
+if TYPE_CHECKING:
+    import ssl
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
+#: An environment variable's name as CI systems write them; anything else may be a value given by mistake.
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
+
+HOW_TO_PASS_HEADERS = (
+    "a header's value is never taken from the command line or the ini file: write --gym-header NAME=ENVVAR "
+    "(e.g. Authorization=GYM_AUTH with GYM_AUTH='Bearer ...' in the environment), ENVVAR being an environment "
+    "variable's name (upper-case letters, digits, _)"
+)
+
+
+def header_problem(item: str) -> str | None:
+    """Why ``item`` is not ``NAME=ENVVAR`` (said without its value, which may be a secret); None when it is."""
+    name, sep, env = item.partition("=")
+    if not sep or not _HEADER_NAME.fullmatch(name.strip()):
+        return "not NAME=ENVVAR with NAME an HTTP header name"
+    if not _ENV_NAME.fullmatch(env.strip()):
+        return f"the value of header {name.strip()!r} is not an environment variable's name"
+    return None
+
+
+@dataclass(frozen=True)
+class GymAccess:
+    """Headers sent with every request to Gym, and the TLS context for ``https`` Gym URLs (None: system trust)."""
+
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+
+
+def gym_access(
+    header: Sequence[str] = (), ca_file: str | None = None, environ: Mapping[str, str] | None = None
+) -> GymAccess:
+    """The headers' values from the environment and the CA bundle loaded; ValueError naming what is wrong.
+
+    The error names the variable or the file, never a header's value.
+    """
+    environ = os.environ if environ is None else environ
+    headers: dict[str, str] = {}
+    for item in header:
+        problem = header_problem(item)
+        if problem:
+            raise ValueError(f"pytest-gym: --gym-header {problem}; {HOW_TO_PASS_HEADERS}")
+        name, _, env = (part.strip() for part in item.partition("="))
+        value = environ.get(env)
+        if value is None:
+            raise ValueError(
+                f"pytest-gym: --gym-header {name}={env}: the environment variable {env} is not set (it holds the "
+                f"value of the {name} header sent to Gym)"
+            )
+        if any(c in value for c in "\r\n\0") or value != value.strip():
+            raise ValueError(
+                f"pytest-gym: --gym-header {name}={env}: the value of {env} holds a line break, a NUL or surrounding "
+                "spaces, which an HTTP header cannot carry"
+            )
+        if name.lower() in (h.lower() for h in headers):
+            raise ValueError(f"pytest-gym: --gym-header {name} is given twice")
+        headers[name] = value
+        register_secret_env(env)
+    context = None
+    if ca_file:
+        import ssl
+
+        if not os.path.isfile(ca_file):
+            raise ValueError(f"pytest-gym: --gym-ca-file {ca_file} is not a file")
+        try:
+            context = ssl.create_default_context(cafile=ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(
+                f"pytest-gym: --gym-ca-file {ca_file} is not a PEM CA bundle ({type(exc).__name__})"
+            ) from None
+    return GymAccess(headers, context)
+
+
+def access_hint(text: str) -> str:
+    """What to add to a failure talking to Gym when it looks like TLS trust or a missing auth header."""
+    if "CERTIFICATE_VERIFY_FAILED" in text or "SSLCertVerificationError" in text:
+        return " (Gym's TLS certificate is not trusted here: pass the CA bundle that signed it with --gym-ca-file PATH)"
+    if re.search(r"\bHTTP (401|403|407)\b", text):
+        return " (is Gym behind an authenticating proxy? send its header with --gym-header NAME=ENVVAR)"
+    return ""
