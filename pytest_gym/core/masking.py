@@ -74,10 +74,8 @@ MAX_MESSAGE = 8000
 MAX_DEPTH = 64
 
 
-#: Environment variables that hold secrets whatever their names (``--gym-secret-env``): comma-separated
-#: names, in the environment so that xdist workers and every process started from pytest know them too.
-SECRET_ENV_NAMES = "PYTEST_GYM_SECRET_ENV"
-#: Secret values that are in no environment variable of this process (``--gym-env KEY=VALUE`` for Gym).
+#: Secret values besides the secret-named environment variables: ``--gym-secret-env NAME``'s value and
+#: ``--gym-env KEY=VALUE``'s of a secret-looking KEY (every process registers them from its settings).
 _EXTRA_SECRETS: set[str] = set()
 
 
@@ -90,9 +88,8 @@ def add_secret(value: str) -> None:
 def known_secrets() -> list[str]:
     """Values that must never appear: the policy key and other secret-named env vars, longest first."""
     values = list(_EXTRA_SECRETS)
-    named = {n.strip() for n in os.environ.get(SECRET_ENV_NAMES, "").split(",") if n.strip()}
     for name, value in os.environ.items():
-        if (name == POLICY_KEY_ENV or name in named or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET:
+        if (name == POLICY_KEY_ENV or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET:
             values.append(value)
     return sorted(set(values), key=len, reverse=True)
 

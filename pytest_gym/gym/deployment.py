@@ -517,7 +517,9 @@ def _gym_env(settings: GymSettings | None = None) -> dict[str, str]:
                 f"--gym-secret-env {', '.join(missing)}: not set in pytest's environment; export it before "
                 "running pytest (its value is passed to Gym by name and never written)"
             )
-        env.update(item.split("=", 1) for item in settings.env)  # type: ignore[misc]
+        for item in settings.env:
+            key, _, value = item.partition("=")
+            env[key] = value
     return env
 
 

@@ -92,6 +92,7 @@ def write_section(
     notes: list[str],
     exports: list[tuple[str, ExportResult]],
     baseline: str | None,
+    extra: list[str] | None = None,
 ) -> None:
     """The ``pytest-gym`` section: suites, gates, baseline, run folder, notes, exports.
 
@@ -102,7 +103,7 @@ def write_section(
     if (not verdicts and not notes) or terminalreporter.config.get_verbosity() < 0:
         return
     update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline else None
-    lines = [*summary_lines(verdicts, update), f"run folder: {run_dir}"]
+    lines = [*summary_lines(verdicts, update), *(extra or []), f"run folder: {run_dir}"]
     lines += [f"note: {note}" for note in notes]
     for name, outcome in exports:
         where = f" [{outcome.location}]" if outcome.location else ""
