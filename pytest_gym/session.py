@@ -402,10 +402,13 @@ class GymSession:
             deadline = self._run_deadline()
             try:
                 remaining = None if deadline is None else max(0.0, deadline - time.time())
-                outcome = self.run.dispatcher.result(spec, remaining)
+                found: TrialOutcome | None = self.run.dispatcher.result(spec, remaining)
             except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
+                found = None
+            if found is None:  # failed outside the except block: no chained traceback in the report
                 self._check_run_timeout(item)
                 pytest.fail("cancelled: the run was stopped before this rollout started", pytrace=False)
+            outcome = found
             if not outcome.ok:
                 self._check_run_timeout(item)
         item.user_properties.extend(outcome.to_properties())

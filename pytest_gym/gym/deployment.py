@@ -283,19 +283,20 @@ def hydra_key(key: str) -> str:
 
 
 def flatten_hydra(mapping: dict[str, Any], prefix: str = "") -> list[str]:
-    """A nested ``hydra:`` mapping as ``DOTTED.KEY=VALUE`` items, each VALUE already in Hydra's syntax."""
+    """A nested ``hydra:`` mapping as ``DOTTED.KEY=VALUE`` items (VALUE as JSON, which YAML reads back)."""
     items: list[str] = []
     for key, value in mapping.items():
         dotted = f"{prefix}{hydra_key(str(key))}"
         if isinstance(value, dict) and value:
             items += flatten_hydra(value, dotted + ".")
         else:
-            items.append(f"{dotted}={hydra_value(value)}")
+            items.append(f"{dotted}={json.dumps(value)}")
     return items
 
 
-def _hydra_item(item: str) -> str:
-    """``--gym-hydra KEY=VALUE``: VALUE read as YAML (``5``, ``true``, ``[a, b]``), then written for Hydra."""
+def hydra_item(item: str) -> str:
+    """``--gym-hydra KEY=VALUE`` as Gym's override: VALUE read as YAML (``5``, ``true``, ``[a, b]``, ``"x, y"``),
+    then written in Hydra's syntax so Gym reads back that very value (a string stays a string)."""
     import yaml
 
     key, _, text = item.partition("=")
@@ -303,9 +304,9 @@ def _hydra_item(item: str) -> str:
         value = yaml.safe_load(text) if text.strip() else text
     except yaml.YAMLError:
         value = text
-    if isinstance(value, (dict, list)) or value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, (str, int, float, bool, list, dict)) or value is None:
         return f"++{key}={hydra_value(value)}"
-    return f"++{key}={hydra_quote(text)}"
+    return f"++{key}={hydra_quote(text)}"  # a YAML date or the like: the text as written
 
 
 def fidelity_args(settings: GymSettings, gym_cli: str, run_dir: Path) -> list[str]:
@@ -314,7 +315,7 @@ def fidelity_args(settings: GymSettings, gym_cli: str, run_dir: Path) -> list[st
         args += ["--search-dir", folder]
     for name in settings.benchmark:
         args += ["--benchmark", name]
-    args += [_hydra_item(item) for item in settings.hydra]
+    args += [hydra_item(item) for item in settings.hydra]
     bind = bind_override(settings, gym_cli, run_dir)
     if bind:
         args.append(bind)
