@@ -9,6 +9,7 @@ phase (a low reward is a *failure*).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +21,7 @@ from pytest_gym.core.dataset import DatasetError, Task, read_tasks
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
+from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
 
@@ -115,6 +117,8 @@ class GymDatasetFile(pytest.File):
     xfail_low: bool = False
     keyword_fields: tuple[str, ...] = DEFAULT_KEYWORD_FIELDS
     marker_field: str | None = None
+    #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
+    shard: Shard | None = None
     dataset_path: Path
 
     def __init__(self, *args: Any, settings: GymSettings | None = None, **kwargs: Any) -> None:
@@ -133,6 +137,7 @@ class GymDatasetFile(pytest.File):
         self.xfail_low = settings.verdict == "gate"
         self.keyword_fields = settings.keyword_field or DEFAULT_KEYWORD_FIELDS
         self.marker_field = settings.marker_field
+        self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
 
     def collect(self) -> Iterable[GymTrial]:
         fields = tuple(dict.fromkeys((*self.keyword_fields, *([self.marker_field] if self.marker_field else []))))
@@ -148,6 +153,8 @@ class GymDatasetFile(pytest.File):
         fixtureinfo = None
         marks: dict[str, pytest.MarkDecorator] = {}
         for index, task in enumerate(tasks):
+            if self.shard is not None and not self.shard.holds(task.hash):
+                continue  # another job's task; its index stays the dataset's (Gym's _ng_task_index)
             task_marks = self._marks(task, marks) if self.marker_field and task.packed_fields else ()
             for repeat in range(self.repeats):
                 name = f"{task.short_hash}[r{repeat}]"

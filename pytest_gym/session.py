@@ -34,6 +34,7 @@ from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
 from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
+from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.gym.run import GymRun
 from pytest_gym.gym.server import GymServer
@@ -41,11 +42,29 @@ from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import BadGate, SuiteResults, SuiteVerdict, parse_gates
 from pytest_gym.report.junit import flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
-from pytest_gym.report.synthetic import synthetic_reports
+from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.location import check_run_dir_unused, new_run_dir
-from pytest_gym.runfolder.runinfo import Reusable, load_reusable, reused_outcome
+from pytest_gym.runfolder.merge import (
+    MergeError,
+    MissingTrial,
+    ShardRecords,
+    failed_outcome,
+    index_shards,
+    missing_message,
+    read_shard_folders,
+    write_merged,
+)
+from pytest_gym.runfolder.runinfo import (
+    RUN_INFO_FILE,
+    Reusable,
+    dataset_entries,
+    file_sha256,
+    load_reusable,
+    reused_outcome,
+    write_run_info,
+)
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
 from pytest_gym.suitefile import suite_settings
@@ -101,10 +120,24 @@ class TrialState:
 class GymSession:
     """pytest-gym's state and hooks for one pytest process."""
 
-    def __init__(self, config: pytest.Config, settings: GymSettings, run_dir: Path, owner: bool) -> None:
+    def __init__(
+        self,
+        config: pytest.Config,
+        settings: GymSettings,
+        run_dir: Path,
+        owner: bool,
+        shard: Shard | None = None,
+        merged: ShardRecords | None = None,
+    ) -> None:
         self.config = config
         self.settings = settings
         self.owner = owner
+        #: --gym-shard: the part of the suite this job runs; its gates and baselines wait for the merge.
+        self.shard = shard
+        #: --gym-merge: every finished trial of the shard run folders; this run judges them and runs none.
+        self.merged = merged
+        #: In a shard: per suite, the labels of the gates left to the merge.
+        self.deferred_gates: dict[str, list[str]] = {}
         workerinput = getattr(config, "workerinput", None)
         self.run = GymRun(settings=settings, run_dir=run_dir, owner=owner, worker=worker_slot(workerinput))
         self.gates = self._gates(settings.gate, "--gym-gate / gym_gate")
@@ -136,7 +169,10 @@ class GymSession:
         for name in settings.secret_env:
             add_secret(os.environ.get(name, ""))
         if owner:
-            self.results = SuiteResults(settings, self.gates, settings_for=self._suite_settings)
+            judged = settings.model_copy(update={"baseline": None, "update_baseline": False})
+            self.results = SuiteResults(
+                judged if self.deferred else settings, self.gates, settings_for=self._judged_settings
+            )
             self.results.narrowed = bool(
                 config.getoption("keyword")
                 or config.getoption("markexpr")
@@ -151,7 +187,15 @@ class GymSession:
 
     @property
     def resume(self) -> bool:
-        return bool(self.settings.resume)
+        """Whether trials may be reused rather than run (xdist workers then prefetch nothing early)."""
+        return bool(self.settings.resume or self.merged is not None)
+
+    @property
+    def deferred(self) -> str | None:
+        """Why gates and baselines are not judged here (a shard sees part of the suite), or None."""
+        if self.shard is None or self.settings.shard_verdicts:
+            return None
+        return f"deferred to the merge (shard {self.shard})"
 
     # -- setting up --------------------------------------------------------------------------------
 
@@ -172,15 +216,97 @@ class GymSession:
             problem = check_run_dir_unused(run_dir)
             if problem:
                 raise pytest.UsageError(f"pytest-gym: {problem}")
+        if settings.merge and settings.shard and config.getoption("gym_shard") is None:
+            # An ini shared by the shard jobs and the merge job (gym_shard = auto): the merge is no shard.
+            settings = settings.model_copy(update={"shard": None})
         cls._check(settings)
-        session = cls(config, settings, run_dir, owner)
+        shard = cls._shard(settings)
+        merged = None
+        if settings.merge:
+            settings, merged = cls._merge_sources(config, settings)
+        session = cls(config, settings, run_dir, owner, shard, merged)
         if owner and settings.run_timeout is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / RUN_STARTED_FILE).write_text(repr(time.time()), encoding="utf-8")
         config.stash[SESSION_KEY] = session
         config.pluginmanager.register(session, SESSION_PLUGIN)
         session._install_sigterm()
+        if owner and shard is not None and not config.option.collectonly:
+            session._write_shard_info()
         return session
+
+    @staticmethod
+    def _shard(settings: GymSettings) -> Shard | None:
+        if not settings.shard:
+            return None
+        try:
+            return parse_shard(settings.shard, os.environ)
+        except ShardError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+    @staticmethod
+    def _merge_sources(config: pytest.Config, settings: GymSettings) -> tuple[GymSettings, ShardRecords]:
+        """Check the shard folders and index their trials; the run takes the shards' datasets and repeats."""
+        try:
+            folders = read_shard_folders([Path(p) for p in settings.merge])
+        except MergeError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        first = folders[0]
+        shard_basis = first.info.get("basis") or {}
+        rootdir = config.rootpath
+        datasets = []
+        for entry in first.datasets:
+            path = Path(entry["path"])
+            path = path if path.is_absolute() else rootdir / path
+            if not path.is_file():
+                raise pytest.UsageError(
+                    f"pytest-gym merge: dataset {entry['path']} of the shards ({first.path}) is not at {path}; "
+                    "run the merge from a checkout of the same revision (paths are from the rootdir)"
+                )
+            if file_sha256(path) != entry.get("sha256"):
+                raise pytest.UsageError(
+                    f"pytest-gym merge: dataset {path} changed since the shards ran (its sha256 differs); "
+                    "merge on the revision the shards ran"
+                )
+            datasets.append(str(path))
+        explicit = settings.model_fields_set
+        update: dict[str, Any] = {}
+        if datasets:
+            ours = sorted(os.path.realpath(d) for d in settings.dataset)
+            if "dataset" in explicit and ours != sorted(os.path.realpath(d) for d in datasets):
+                raise pytest.UsageError(
+                    f"pytest-gym merge: the shards ran {', '.join(datasets)}, this run names "
+                    f"{', '.join(settings.dataset)}; leave --gym-dataset out of the merge (it is read from the shards)"
+                )
+            update["dataset"] = tuple(datasets)
+        for name, theirs in (("repeats", first.repeats), ("reward_key", shard_basis.get("reward_key", "reward"))):
+            ours_value = getattr(settings, name)
+            if name in explicit and ours_value != theirs:
+                raise pytest.UsageError(
+                    f"pytest-gym merge: the shards ran with {name} {theirs!r}, this run says {ours_value!r}; "
+                    "leave it out of the merge (it is read from the shards) or make it equal"
+                )
+            update[name] = theirs
+        try:
+            records = index_shards(folders)
+        except MergeError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        return settings.model_copy(update=update), records
+
+    def _write_shard_info(self) -> None:
+        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
+        assert self.shard is not None
+        settings = self.settings
+        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
+        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
+        write_run_info(
+            self.run_dir,
+            settings,
+            shard=str(self.shard),
+            repeats=settings.repeats,
+            datasets=dataset_entries(settings.dataset, self.config.rootpath),
+            rootdir=str(self.config.rootpath),
+        )
 
     @staticmethod
     def _check(settings: GymSettings) -> None:
@@ -197,6 +323,14 @@ class GymSession:
                 "pytest-gym: --gym-benchmark-data PATH is the data of one --gym-benchmark NAME; for several "
                 "benchmarks write one suite file each (benchmark: NAME, benchmark_data: PATH)"
             )
+        if settings.merge and settings.shard:
+            raise pytest.UsageError("pytest-gym: --gym-merge judges all shards together; drop --gym-shard from it")
+        if settings.merge and settings.resume:
+            raise pytest.UsageError(
+                "pytest-gym: --gym-merge runs no trial, so --gym-resume has nothing to do: resume the shard instead"
+            )
+        if settings.merge_allow_missing and not settings.merge:
+            raise pytest.UsageError("pytest-gym: --gym-merge-allow-missing goes with --gym-merge RUN_DIR")
 
     @staticmethod
     def _gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
@@ -304,13 +438,20 @@ class GymSession:
                     f"pytest-gym: dataset {dataset} does not exist (from --gym-dataset or gym_dataset); "
                     "check the path (relative paths: command line from the current folder, ini from the rootdir)"
                 )
-        from_cli = bool(config.getoption("gym_dataset"))
+        from_cli = bool(config.getoption("gym_dataset")) or self.merged is not None  # a merge judges only them
         if from_cli and config.args_source != pytest.Config.ArgsSource.ARGS:
             config.args[:] = [*self._benchmark_files, *datasets]
             return
         known = {str(Path(arg).resolve()) for arg in config.args}
         norecurse = config.getini("norecursedirs")
         config.args.extend(d for d in datasets if d not in known and not _in_a_searched_dir(d, config.args, norecurse))
+
+    def _judged_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
+        """A suite's settings as the owner judges it: without its baseline while verdicts are deferred."""
+        settings, gates = self._suite_settings(suite)
+        if self.deferred:
+            settings = settings.model_copy(update={"baseline": None, "update_baseline": False})
+        return settings, gates
 
     def _suite_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
         """How the owner finds a suite's settings and gates (it may not have collected: xdist)."""
@@ -341,6 +482,30 @@ class GymSession:
         return collector
 
     @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
+        """--gym-merge: every selected trial must come from a shard; else refuse, or deselect them when allowed."""
+        merged = self.merged
+        if merged is None:
+            return
+        missing = [i for i in items if isinstance(i, GymTrial) and i.spec.key not in merged]
+        if not missing:
+            return
+        trials = [MissingTrial(item.nodeid, item.spec.task.hash, item.spec.repeat) for item in missing]
+        if self.settings.merge_allow_missing:
+            message = missing_message(trials, merged.folders, "Deselected (--gym-merge-allow-missing).")
+            self.add_note(message.removeprefix("pytest-gym merge: "))
+            gone = set(map(id, missing))
+            items[:] = [i for i in items if id(i) not in gone]
+            config.hook.pytest_deselected(items=missing)
+            if self.results is not None:
+                self.results.narrowed = True
+            return
+        if self.owner:  # an xdist worker leaves them in: each fails with the message instead
+            raise pytest.UsageError(
+                missing_message(trials, merged.folders, "Or pass --gym-merge-allow-missing to judge without them.")
+            )
+
+    @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
 
@@ -354,7 +519,7 @@ class GymSession:
         if self.trials is None:
             planned = self.plan(session)
             settings = self.settings
-            reusable = load_reusable(Path(settings.resume), settings) if settings.resume else None
+            reusable = self.merged or (load_reusable(Path(settings.resume), settings) if settings.resume else None)
             reused: frozenset[str] = frozenset()
             if reusable is not None:
                 self.add_note(reusable.note)
@@ -385,7 +550,9 @@ class GymSession:
         state = self._trial_state(item.session)
         record = state.reusable.take(spec.task.hash, spec.repeat) if state.reusable else None
         outcome = reused_outcome(spec, record) if record else None
-        if outcome is not None and record is not None:
+        if self.merged is not None:
+            outcome = outcome or self._merged_fault(spec)  # its record is copied at the end (write_merged)
+        elif outcome is not None and record is not None:
             self.run.open_writer().append_rollout(record)
         else:
             self._check_run_timeout(item)
@@ -461,6 +628,21 @@ class GymSession:
             return ""
         return f"\n{misses[0].message}" if misses else ""
 
+    def _merged_fault(self, spec: TrialSpec) -> TrialOutcome:
+        """A trial of a merge without a reward: the fault its shard recorded, or not run by any shard."""
+        assert self.merged is not None
+        failure = self.merged.failure(spec.task.hash, spec.repeat)
+        if failure is not None:
+            return failed_outcome(spec, failure)
+        pytest.fail(
+            missing_message(
+                [MissingTrial(spec.nodeid, spec.task.hash, spec.repeat)],
+                self.merged.folders,
+                "Or pass --gym-merge-allow-missing to judge without it.",
+            ),
+            pytrace=False,
+        )
+
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
         session = item.session
@@ -529,6 +711,10 @@ class GymSession:
             if session.shouldstop or session.shouldfail or session.exitstatus == pytest.ExitCode.INTERRUPTED:
                 self._step("stopping the rollouts", self.run.stop_dispatch)  # -x, --maxfail, Ctrl-C: cancel
             self._step("closing the rollouts", self._close_rollouts)
+            if self.shard is not None and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+                # A shard may hold none of a small suite's tasks: that job did its part.
+                self.add_note(f"shard {self.shard} holds none of the selected tasks: nothing to run here")
+                session.exitstatus = pytest.ExitCode.OK
             if self.owner:
                 self._judge(session)
             else:
@@ -560,29 +746,50 @@ class GymSession:
         results = self.results
         if results is None or not results.trials:
             return
-        entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
+        entries = None
+        if self.merged is not None:
+            self._step("writing the merged run folder", self._write_merged, results)
+        else:
+            entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
         self._collect_run_notes()
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # no verdict is not a pass
         self.verdicts = verdicts = verdicts or []
+        deferred = self._defer(verdicts)
+        if self.shard is not None and not self.deferred:
+            self.add_note(
+                f"gates and baselines judged on shard {self.shard}'s part of the suite (--gym-shard-verdicts)"
+            )
+        suites = {v.suite: v.metrics() for v in verdicts}
+        for suite, (labels, _) in deferred.items():
+            suites[suite]["gates_deferred"] = dict.fromkeys(labels, self.deferred)
+        extra: dict[str, Any] = {}
+        if self.shard is not None:
+            extra = {"shard": str(self.shard), "verdicts": "deferred" if self.deferred else "judged"}
+        if self.merged is not None:
+            extra = {"merged_from": [f.label for f in self.merged.folders]}
         self._step(
             "writing the summary",
-            lambda: write_summary(
-                self.run.run_dir, {v.suite: v.metrics() for v in verdicts}, self.settings.summary, notes=self.notes
-            ),
+            lambda: write_summary(self.run.run_dir, suites, self.settings.summary, notes=self.notes, **extra),
         )
         self._step("Gym's benchmark metrics", self._benchmark_metrics, verdicts, entries or [])
         self._write_html()
         failed = False
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
+        session.testscollected += sum(len(labels) + has_baseline for labels, has_baseline in deferred.values())
         for verdict in verdicts:
             self._step(
                 "the pytest_gym_suite_result hook",
-                lambda v: self.config.hook.pytest_gym_suite_result(suite=v.suite, metrics=v.metrics()),
+                lambda v: self.config.hook.pytest_gym_suite_result(suite=v.suite, metrics=suites[v.suite]),
                 verdict,
             )
-            for report in self._step("reporting the gates", lambda v: list(synthetic_reports(v)), verdict) or []:
+            reports = self._step("reporting the gates", lambda v: list(synthetic_reports(v)), verdict) or []
+            if verdict.suite in deferred and self.deferred:
+                labels, has_baseline = deferred[verdict.suite]
+                path = str(self.config.rootpath / verdict.suite)
+                reports += deferred_reports(verdict.suite, path, labels, has_baseline, self.deferred)
+            for report in reports:
                 self._step("reporting a gate", lambda r: self.config.hook.pytest_runtest_logreport(report=r), report)
                 failed = failed or report.failed
         if failed and session.exitstatus == pytest.ExitCode.OK:
@@ -624,6 +831,34 @@ class GymSession:
 
             text = json.dumps(found, indent=2, default=str)
             write_atomically(self.run_dir / BENCHMARK_METRICS_FILE, text.encode(), fsync=False)
+
+    def _defer(self, verdicts: list[SuiteVerdict]) -> dict[str, tuple[list[str], bool]]:
+        """In a shard: take the gates out of the verdicts (judged at the merge); per suite, their labels and
+        whether a baseline waits too."""
+        if not self.deferred:
+            return {}
+        deferred = {}
+        for verdict in verdicts:
+            settings, _ = self._suite_settings(verdict.suite)
+            compares = bool(settings.baseline) and not settings.update_baseline  # the check that would be a test
+            deferred[verdict.suite] = ([g.gate.label for g in verdict.gates], compares)
+            verdict.gates = []
+        self.deferred_gates = {suite: labels for suite, (labels, _) in deferred.items()}
+        return deferred
+
+    def _write_merged(self, results: SuiteResults) -> None:
+        """--gym-merge: this run's folder gets the judged trials of the shards, in Gym's layout."""
+        assert self.merged is not None
+        judged = {(task_hash, repeat) for _, task_hash, repeat in results.trials}
+        try:
+            merged = write_merged(self.merged, self.run.run_dir, judged.__contains__)
+        except OSError as exc:
+            self.add_note(f"merge: the merged run folder could not be written: {exc}")
+            return
+        finally:
+            self.merged.close()
+        for note in merged.notes:
+            self.add_note(note)
 
     def _write_html(self) -> None:
         """The run's HTML report (``report.html`` in the run folder, and at ``--gym-html``)."""
@@ -680,6 +915,10 @@ class GymSession:
     @pytest.hookimpl(wrapper=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
         result = yield
+        if not self.verdicts and self.shard is not None and self.notes and terminalreporter.config.get_verbosity() >= 0:
+            terminalreporter.write_sep("=", "pytest-gym")
+            for note in self.notes:
+                terminalreporter.write_line(f"note: {note}")
         write_section(
             terminalreporter,
             self.verdicts or [],
@@ -687,6 +926,7 @@ class GymSession:
             self.notes,
             self.exports,
             self.settings.baseline,
+            deferred=(self.deferred, self.deferred_gates) if self.deferred else None,
             extra=self.gym_metric_lines,
         )
         return result
@@ -695,6 +935,8 @@ class GymSession:
         """Last resort (a session that never reached sessionfinish): stop what this process started."""
         if self._sigterm_installed and signal.getsignal(signal.SIGTERM) is _terminate:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self.merged is not None:
+            self.merged.close()
         self._stop_gym()
 
 

@@ -197,6 +197,23 @@ SPECS: tuple[Spec, ...] = (
         "(made an identifier: other characters become _)",
         metavar="NAME",
     ),
+    # -- sharding across CI jobs (issue 15) --
+    Spec(
+        "shard",
+        "run only shard I of N (1-based) of every dataset's tasks, split by task hash; 'auto': from the CI's "
+        "variables (CI_NODE_INDEX/CI_NODE_TOTAL, BUILDKITE_PARALLEL_JOB/_COUNT, CIRCLE_NODE_INDEX/_TOTAL); "
+        "gates and baselines are deferred to the merge",
+        metavar="I/N|auto",
+    ),
+    Spec("shard_verdicts", "judge gates and baselines in a shard anyway (on the shard's part of the suite)", "flag"),
+    Spec(
+        "merge",
+        "judge the union of these shard run folders as one run (starts no Gym, runs no rollout); repeatable",
+        "list",
+        "RUN_DIR",
+        is_path=True,
+    ),
+    Spec("merge_allow_missing", "with --gym-merge: deselect trials no shard ran instead of failing", "flag"),
 )
 
 # -- Gym fidelity: the gym process's environment, Hydra parameters, run timeout, benchmarks ----------

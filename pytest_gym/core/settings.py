@@ -79,6 +79,11 @@ class GymSettings(BaseModel):
     benchmark: tuple[str, ...] = ()
     search_dir: tuple[str, ...] = ()
     benchmark_data: str | None = None
+    # -- sharding across CI jobs (issue 15) --
+    shard: str | None = Field(None, pattern=r"^\s*(\d+\s*/\s*\d+|auto)\s*$")
+    shard_verdicts: bool = False
+    merge: tuple[str, ...] = ()
+    merge_allow_missing: bool = False
 
     @property
     def starts_gym(self) -> bool:

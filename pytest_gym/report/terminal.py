@@ -37,7 +37,13 @@ def _totals_line(totals: SuiteTotals) -> str:
     return "  totals: " + ", ".join(parts)
 
 
-def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> list[str]:
+def summary_lines(
+    verdicts: list[SuiteVerdict],
+    update_command: str | None,
+    deferred: tuple[str, dict[str, list[str]]] | None = None,
+    baseline: str | None = None,
+) -> list[str]:
+    """``deferred``: (why, labels of the gates per suite) when a shard leaves its gates and baseline to the merge."""
     lines: list[str] = []
     for v in verdicts:
         s = v.stats
@@ -60,6 +66,11 @@ def summary_lines(verdicts: list[SuiteVerdict], update_command: str | None) -> l
             lines.append(f"  flaky ({len(flaky)} of {s.tasks} tasks, passed/trials): {shown}{more}")
         for g in v.gates:
             lines.append(f"  gate {g.gate.label}: {'PASS' if g.passed else 'FAIL'} ({g.reason})")
+        if deferred is not None:
+            why, labels = deferred
+            lines += [f"  gate {label}: {why}" for label in labels.get(v.suite, [])]
+            if baseline:
+                lines.append(f"  baseline: {why}")
         c = v.comparison
         if c is not None:
             delta = c.paired
@@ -92,9 +103,10 @@ def write_section(
     notes: list[str],
     exports: list[tuple[str, ExportResult]],
     baseline: str | None,
+    deferred: tuple[str, dict[str, list[str]]] | None = None,
     extra: list[str] | None = None,
 ) -> None:
-    """The ``pytest-gym`` section: suites, gates, baseline, run folder, notes, exports.
+    """The ``pytest-gym`` section: suites, gates (or why they wait), baseline, run folder, notes, exports.
 
     Notes carry Gym's words (an aggregate that failed, a server that died): every line is masked,
     bounded and stripped of control characters here, the last stop before the terminal. Without
@@ -102,8 +114,8 @@ def write_section(
     """
     if (not verdicts and not notes) or terminalreporter.config.get_verbosity() < 0:
         return
-    update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline else None
-    lines = [*summary_lines(verdicts, update), *(extra or []), f"run folder: {run_dir}"]
+    update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline and not deferred else None
+    lines = [*summary_lines(verdicts, update, deferred, baseline), *(extra or []), f"run folder: {run_dir}"]
     lines += [f"note: {note}" for note in notes]
     for name, outcome in exports:
         where = f" [{outcome.location}]" if outcome.location else ""

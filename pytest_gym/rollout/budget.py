@@ -46,6 +46,7 @@ def parse_error_budget(text: str | None) -> ErrorBudget:
         raise ValueError(f"{text!r}: a number of errors must be a whole number")
     return ErrorBudget(count=int(number))
 
+
 ERRORS_FILE = ".errors"
 
 

@@ -23,6 +23,8 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
 
 RUN_INFO_FILE = "pytest_gym_run.json"
+#: Fields the run folder adds to Gym's answer (``pytest_gym.runfolder.rollouts``), besides ``_pytest_gym_*``.
+_FOLDER_STAMPS = frozenset({"_ng_environment_server", "_ng_result_type"})
 
 
 def rollout_basis(settings: GymSettings) -> dict[str, Any]:
@@ -52,13 +54,59 @@ def digest(basis: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def write_run_info(run_dir: Path, settings: GymSettings) -> None:
-    """Record what this run's rollouts depend on (once per run folder, atomically)."""
+def write_run_info(
+    run_dir: Path, settings: GymSettings | None, basis: dict[str, Any] | None = None, **extra: Any
+) -> None:
+    """Record what this run's rollouts depend on (once per run folder, atomically).
+
+    ``extra``: what a shard adds for the merge (``shard``, ``repeats``, ``datasets``, ``rootdir``);
+    ``basis``: the rollout settings when they are not this run's own (a merged folder keeps its shards').
+    """
     target = run_dir / RUN_INFO_FILE
     if target.exists():
         return
-    basis = rollout_basis(settings)
-    write_atomically(target, json.dumps({"digest": digest(basis), "basis": basis}, indent=2).encode(), fsync=False)
+    if basis is None:
+        if settings is None:
+            raise ValueError("write_run_info needs the settings or the basis")
+        basis = rollout_basis(settings)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = {"digest": digest(basis), "basis": basis, **extra}
+    write_atomically(target, json.dumps(data, indent=2).encode(), fsync=False)
+
+
+def read_run_info(run_dir: Path) -> dict[str, Any] | None:
+    """A run folder's ``pytest_gym_run.json``, or None when it has none (or it does not parse)."""
+    try:
+        data = json.loads((run_dir / RUN_INFO_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def basis_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """The rollout settings two runs disagree on, by name."""
+    return sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+
+
+def file_sha256(path: Path) -> str:
+    digest_ = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest_.update(block)
+    return digest_.hexdigest()
+
+
+def dataset_entries(datasets: tuple[str, ...], rootdir: Path) -> list[dict[str, str]]:
+    """Each dataset as the merge finds it again: its path from the rootdir (absolute outside it) and content hash."""
+    entries = []
+    for dataset in datasets:
+        path = Path(dataset)
+        try:
+            shown = path.resolve().relative_to(rootdir.resolve()).as_posix()
+        except ValueError:
+            shown = str(path)
+        entries.append({"path": shown, "sha256": file_sha256(path)})
+    return entries
 
 
 @dataclass
@@ -91,7 +139,7 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
     if info.get("digest") != digest(basis):
         earlier = info.get("basis")
         earlier = earlier if isinstance(earlier, dict) else {}
-        differ = sorted(str(k) for k in set(basis) | set(earlier) if basis.get(k) != earlier.get(k))
+        differ = basis_differences(basis, earlier)
         return Reusable(
             note=clean_text(
                 f"resume: {resume_dir} was run with other settings ({', '.join(differ) or 'its digest'} differ); "
@@ -129,10 +177,12 @@ def reused_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome | No
     attempts = record.get("_pytest_gym_attempts", 1)
     ref = record.get("agent_ref")
     name = ref.get("name") if isinstance(ref, dict) else None
+    # The answer as Gym gave it: without what the run folder stamped on it (a failure message lists its fields).
+    answer = {k: v for k, v in record.items() if not k.startswith("_pytest_gym_") and k not in _FOLDER_STAMPS}
     return TrialOutcome.for_spec(
         spec,
         reward=float(reward),
-        answer=record,
+        answer=answer,
         attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 0 else 1,
         agent=name if isinstance(name, str) else spec.agent,
         reused=True,
