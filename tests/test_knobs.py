@@ -125,6 +125,7 @@ def test_run_timeout_errors_the_rest_and_stops_gym(
     assert not alive
 
 
+@pytest.mark.gym
 def test_hydra_mapping_is_read_back_by_gyms_own_parser(tmp_path: Path) -> None:
     gym_python = Path(need_gym()).parent / "python"
     from test_start_args import HYDRA_CHECK

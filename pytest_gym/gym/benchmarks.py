@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -147,16 +148,25 @@ def _prepare(bench: Benchmark, settings: GymSettings, run_dir: Path) -> None:
     link = cwd / "benchmarks"
     if not link.exists():
         link.symlink_to(Path(bench.root) / "benchmarks", target_is_directory=True)
-    command = [gym_cli, "eval", "prepare", "--benchmark", bench.name]
+    # Gym imports benchmarks/NAME/prepare.py from the first root holding it and then insists that the path it
+    # returns equals jsonl_fpath made absolute against its cwd: this folder goes first, so both agree.
+    command = [gym_cli, "eval", "prepare", "--benchmark", bench.name, "--search-dir", str(cwd.resolve())]
     for folder in settings.search_dir:
         command += ["--search-dir", folder]
+    env = _gym_env(settings)
+    kept, dropped = _unshadowed_pythonpath(env.get("PYTHONPATH", ""))
     log_path = run_dir / PREPARE_LOG
     with log_path.open("a", encoding="utf-8") as log:
         log.write("pytest-gym: " + " ".join(command) + "\n")
+        if dropped:
+            log.write(
+                f"pytest-gym: left out of Gym's PYTHONPATH: {os.pathsep.join(dropped)} (a regular `benchmarks` "
+                "package there hides Gym's benchmarks/NAME/prepare.py)\n"
+            )
+    if dropped:  # the supervisor keeps the full path (it imports pytest_gym); only Gym's is trimmed
+        command = ["env", f"PYTHONPATH={kept}", *command] if kept else ["env", "-u", "PYTHONPATH", *command]
     try:
-        proc = spawn_supervised(
-            "gym_prepare", command, cwd, log_path, first=signal.SIGINT, grace=5.0, env=_gym_env(settings)
-        )
+        proc = spawn_supervised("gym_prepare", command, cwd, log_path, first=signal.SIGINT, grace=5.0, env=env)
     except OSError as exc:
         raise GymError(f"`gym eval prepare` did not start: {exc}") from None
     popen = supervisor_popen(proc)
@@ -175,3 +185,17 @@ def _prepare(bench: Benchmark, settings: GymSettings, run_dir: Path) -> None:
             f"`gym eval prepare --benchmark {bench.name}` failed (exit {popen.returncode}): {cause}; prepare it where "
             "there is internet and pass the prepared jsonl with --gym-benchmark-data PATH"
         )
+
+
+def _unshadowed_pythonpath(pythonpath: str) -> tuple[str, list[str]]:
+    """PYTHONPATH without the entries holding a regular ``benchmarks`` package (and those left out).
+
+    Gym imports a prepare script as ``benchmarks.NAME.prepare``, ``benchmarks`` being a namespace package
+    spread over its roots; a regular package of that name anywhere on the path wins over every namespace
+    portion, so the import fails (a project's own ``benchmarks/__init__.py`` on PYTHONPATH is enough)."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for entry in pythonpath.split(os.pathsep):
+        if entry:
+            (dropped if (Path(entry) / "benchmarks" / "__init__.py").is_file() else kept).append(entry)
+    return os.pathsep.join(kept), dropped
