@@ -16,7 +16,7 @@ GYMROOT = Path(__file__).parent / "data" / "gymroot"
 def _args(gym_cli: str, *args: str) -> tuple[str, ...]:
     return (
         "--gym-policy", "scripted", "--gym-policy-answer", "\\boxed{E}", f"--gym-cli={gym_cli}",
-        "--gym-server-venv", "auto", "--gym-run-dir", "run", "--gym-search-dir", "gymroot", *args,
+        "--gym-server-venv", "auto", "--gym-run-dir", "run", *args,
     )  # fmt: skip
 
 
@@ -34,7 +34,7 @@ def test_probe(gym_server):
 """
     )
     result = pytester.runpytest(
-        *_args(gym_cli, "--gym-benchmark", "minibench", "--gym-hydra",
+        *_args(gym_cli, "--gym-search-dir", "gymroot", "--gym-benchmark", "minibench", "--gym-hydra",
                "minibench_mcqa_resources_server.resources_servers.mcqa.description=\"a, b [c] = 'd'\""),
         "-n", "2", "-p", "no:randomly", ".",
     )  # fmt: skip
@@ -55,7 +55,7 @@ def test_missing_benchmark_data_is_a_usage_error_naming_the_fix(pytester: pytest
     prepare = pytester.path / "gymroot" / "benchmarks" / "minibench" / "prepare.py"
     prepare.write_text("def prepare():\n    raise OSError('no network here')\n")
     pytester.makeini("[pytest]\n")
-    result = pytester.runpytest(*_args(gym_cli, "--gym-benchmark", "minibench"))
+    result = pytester.runpytest(*_args(gym_cli, "--gym-search-dir", "gymroot", "--gym-benchmark", "minibench"))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*gym eval prepare --benchmark minibench* failed*--gym-benchmark-data PATH*"])
 
@@ -67,7 +67,8 @@ def test_a_composable_agent_is_bound_and_runs(pytester: pytest.Pytester, gym_cli
     )
     result = pytester.runpytest(
         *_args(gym_cli, "--gym-config", "responses_api_agents/simple_agent/configs/simple_agent.yaml",
-               "--gym-config", "rs.yaml", "--gym-dataset", "example.jsonl"),
+               "--gym-config", "rs.yaml", "--gym-config", "responses_api_models/openai_model/configs/openai_model.yaml",
+               "--gym-dataset", "example.jsonl"),
     )  # fmt: skip
     result.assert_outcomes(passed=2, failed=3)
     log = (pytester.path / "run" / "gym_env.log").read_text()

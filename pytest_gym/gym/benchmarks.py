@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import _gym_env, find_gym_cli, gym_roots
+from pytest_gym.gym.deployment import find_gym_cli, gym_environment, gym_roots
 from pytest_gym.gym.processes import first_error, log_tail, spawn_supervised, stop_supervised, supervisor_popen
 
 PREPARE_LOG = "gym_prepare.log"
@@ -104,10 +104,24 @@ def _benchmark_dataset(config: dict[str, Any]) -> tuple[str | None, dict[str, An
 
 
 @contextlib.contextmanager
-def _locked(run_dir: Path) -> Iterator[None]:
+def _locked(run_dir: Path, timeout: float) -> Iterator[None]:
+    """The run's benchmark lock: one process prepares, the others (xdist workers) wait for it, bounded."""
+    import time
+
     run_dir.mkdir(parents=True, exist_ok=True)
     with (run_dir / LOCK_FILE).open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise GymError(
+                        f"another process of this run held {run_dir / LOCK_FILE} (preparing a benchmark) for "
+                        f"{timeout:g} s; raise --gym-startup-timeout, or pass --gym-benchmark-data PATH"
+                    ) from None
+                time.sleep(0.1)
         try:
             yield
         finally:
@@ -126,7 +140,7 @@ def benchmark_suite(name: str, settings: GymSettings, run_dir: Path, data: str |
         if not Path(data).is_file():
             raise GymError(f"--gym-benchmark-data {data}: no such file")
         return Benchmark(bench.name, bench.root, bench.agent, str(Path(data).resolve()), bench.num_repeats)
-    with _locked(run_dir):
+    with _locked(run_dir, settings.startup_timeout + 30):  # the holder's prepare is bounded by the former
         if not bench.data.is_file():
             _prepare(bench, settings, run_dir)
     if not bench.data.is_file():
@@ -153,7 +167,7 @@ def _prepare(bench: Benchmark, settings: GymSettings, run_dir: Path) -> None:
     command = [gym_cli, "eval", "prepare", "--benchmark", bench.name, "--search-dir", str(cwd.resolve())]
     for folder in settings.search_dir:
         command += ["--search-dir", folder]
-    env = _gym_env(settings)
+    env = gym_environment(settings)
     kept, dropped = _unshadowed_pythonpath(env.get("PYTHONPATH", ""))
     log_path = run_dir / PREPARE_LOG
     with log_path.open("a", encoding="utf-8") as log:

@@ -503,7 +503,7 @@ def start_model_recorder(settings: GymSettings, run_dir: Path, owner_pid: int | 
     )
 
 
-def _gym_env(settings: GymSettings | None = None) -> dict[str, str]:
+def gym_environment(settings: GymSettings | None = None) -> dict[str, str]:
     """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log.
 
     Plus ``--gym-env KEY=VALUE``; each ``--gym-secret-env NAME`` must be set here (it is passed by name).
@@ -598,7 +598,7 @@ def start_deployment(settings: GymSettings, run_dir: Path, owner_pid: int | None
         (run_dir / "env.yaml").write_text(ENV_YAML, encoding="utf-8")
         log_path = run_dir / GYM_LOG
         command = gym_command(settings, gym_cli, policy_url, head_port, run_dir)
-        gym_env = _gym_env(settings)
+        gym_env = gym_environment(settings)
         with log_path.open("a", encoding="utf-8") as log:
             log.write("pytest-gym: " + shlex.join(command) + "\n")
             note = env_note(settings)
