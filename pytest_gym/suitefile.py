@@ -81,8 +81,8 @@ def suite_hydra(path: Path, suite: SuiteFile) -> tuple[str, ...]:
         problem = set_credentials(item)
         if problem:
             raise SuiteFileError(
-                f"{path}: key hydra holds a credential ({problem}); pass it with --gym-secret-env NAME and write "
-                "'${oc.env:NAME}' in --gym-set instead"
+                f"{path}: key hydra holds a credential ({problem}); export it as NAME, pass --gym-secret-env NAME "
+                "and write '${oc.env:NAME}' as its value instead"
             )
     return items
 

@@ -131,15 +131,17 @@ def test_hydra_mapping_is_read_back_by_gyms_own_parser(tmp_path: Path) -> None:
     from test_start_args import HYDRA_CHECK
 
     nested = {"a": {"s": "x, y [z] = 'q' \"r\"", "n": 3, "f": 0.5, "t": True, "none": None, "l": ["a b", 1]},
-              "b": {"url": "http://h:1/v1?x=1", "dollar": "${oc.env:HOME}", "empty": ""}}  # fmt: skip
+              "b": {"url": "http://h:1/v1?x=1", "env": "${oc.env:HOME}", "dollar": "a ${oc.env:HOME}",
+                    "empty": ""}}  # fmt: skip
     overrides = [hydra_item(item) for item in flatten_hydra(nested)]
     answer = subprocess.run(
         [str(gym_python), "-c", HYDRA_CHECK], input=json.dumps(overrides), capture_output=True, text=True, timeout=120
     )
     assert answer.returncode == 0, answer.stderr
+    # exactly ${oc.env:NAME} is Gym's environment reference (resolved here); any other ${ stays as written
     assert json.loads(answer.stdout) == {
         "a.s": nested["a"]["s"], "a.n": 3, "a.f": 0.5, "a.t": True, "a.none": None, "a.l": ["a b", 1],
-        "b.url": "http://h:1/v1?x=1", "b.dollar": "${oc.env:HOME}", "b.empty": "",
+        "b.url": "http://h:1/v1?x=1", "b.env": os.environ["HOME"], "b.dollar": "a ${oc.env:HOME}", "b.empty": "",
     }  # fmt: skip
 
 

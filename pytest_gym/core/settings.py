@@ -148,7 +148,8 @@ _SECRET_WORDS = frozenset(
 _KEY_PREFIXES = frozenset({"api", "access", "secret", "private", "auth", "client"})
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HYDRA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*")
-_ENV_REFERENCE = re.compile(r"\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}")
+#: ``${oc.env:NAME}``: Gym reads the value from its environment (how secrets reach Gym without being written).
+ENV_REFERENCE = re.compile(r"\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}")
 
 
 def secret_name(name: str) -> bool:
@@ -182,7 +183,7 @@ def set_credentials(item: str) -> str | None:
     """What makes a ``--gym-set KEY=VALUE`` carry a credential; None when nothing does."""
     key, _, value = item.partition("=")
     key = key.lstrip("+~")
-    if _ENV_REFERENCE.fullmatch(value.strip().strip("'\"")):
+    if ENV_REFERENCE.fullmatch(value.strip().strip("'\"")):
         return None  # Gym reads it from the environment: nothing secret on the command line
     if secret_name(key):
         return f"setting {key!r}"

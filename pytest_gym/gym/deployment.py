@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.masking import POLICY_KEY_ENV, clean_text, mask_secrets, strip_control
-from pytest_gym.core.settings import GymSettings
+from pytest_gym.core.settings import ENV_REFERENCE, GymSettings
 from pytest_gym.gym.processes import (
     Supervised,
     first_error,
@@ -262,7 +262,12 @@ def gym_command(
 
 
 def hydra_value(value: Any) -> str:
-    """A YAML value as a Hydra override value Gym reads back as the same value (strings quoted as needed)."""
+    """A YAML value as a Hydra override value Gym reads back as the same value (strings quoted as needed).
+
+    A string that is exactly ``${oc.env:NAME}`` stays an interpolation, so Gym reads NAME from its environment
+    (the way to give a secret, with --gym-secret-env NAME); any other ``${`` is kept literally."""
+    if isinstance(value, str) and ENV_REFERENCE.fullmatch(value):
+        return value
     if value is None:
         return "null"
     if isinstance(value, bool):
