@@ -23,7 +23,9 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.judge.messages import failure_message, fault_message
+from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
+from pytest_gym.xdist_hooks import SESSION_PLUGIN
 
 
 class GymDuplicateRowWarning(pytest.PytestWarning):
@@ -65,11 +67,13 @@ def raise_fault(outcome: TrialOutcome) -> None:
     pytest.fail(fault_message(outcome), pytrace=False)
 
 
-def check_reward(outcome: TrialOutcome, min_reward: float, reward_key: str, xfail: bool = False) -> None:
+def check_reward(
+    outcome: TrialOutcome, min_reward: float, reward_key: str, xfail: bool = False, record: str | None = None
+) -> None:
     """Fail a low reward; with ``--gym-verdict gate`` report it as xfail (only gates decide)."""
     assert outcome.reward is not None, "check_reward needs a finished rollout"
     if outcome.reward < min_reward:
-        message = failure_message(outcome, min_reward, reward_key)
+        message = failure_message(outcome, min_reward, reward_key, record)
         if xfail:
             pytest.xfail(message)
         pytest.fail(message, pytrace=False)
@@ -78,7 +82,13 @@ def check_reward(outcome: TrialOutcome, min_reward: float, reward_key: str, xfai
 def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
     """Judge one trial's reward (the rollout already ran in setup)."""
     spec: TrialSpec = request.node.spec
-    check_reward(gym_rollout, spec.min_reward, spec.reward_key, xfail=spec.xfail_low)
+    session = request.config.pluginmanager.get_plugin(SESSION_PLUGIN)
+    record = None
+    if session is not None:  # where Gym's tools (and a reader) find the whole trial
+        record = (
+            f"{session.run_dir / ROLLOUTS_FILE} (_ng_task_index={spec.task_index}, _ng_rollout_index={spec.repeat})"
+        )
+    check_reward(gym_rollout, spec.min_reward, spec.reward_key, xfail=spec.xfail_low, record=record)
 
 
 class GymTrial(pytest.Function):
@@ -244,7 +254,7 @@ class GymSuiteFile(GymDatasetFile):
         settings, suite = suite_settings(
             self.path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
         )
-        session: Any = config.pluginmanager.get_plugin("pytest-gym-session")
+        session: Any = config.pluginmanager.get_plugin(SESSION_PLUGIN)
         hydra = suite_hydra(self.path, suite)
         if hydra and session is not None:
             session.add_start(hydra=hydra, where=str(self.path))

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -70,6 +70,9 @@ from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
 from pytest_gym.suitefile import suite_settings
 from pytest_gym.xdist_hooks import SESSION_PLUGIN, WORKER_OUTPUT, worker_queue, worker_run_dir, worker_slot
 
+if TYPE_CHECKING:
+    from pytest_gym.gym.rescore import RescoredTrials
+
 T = TypeVar("T")
 SESSION_KEY = pytest.StashKey["GymSession"]()
 #: The HTML report in the run folder.
@@ -78,6 +81,8 @@ REPORT_FILE = "report.html"
 RUN_STARTED_FILE = "run_started"
 #: Gym's own aggregate metrics for each benchmark suite.
 BENCHMARK_METRICS_FILE = "gym_benchmark_metrics.json"
+#: --gym-rescore: the empty cassette Gym's model points at (a replay server that refuses every call).
+NO_MODEL_CASSETTE = "rescore_no_model.jsonl"
 #: Run-folder files handed to exporters (the ones that exist).
 ARTIFACTS = (
     "rollouts.jsonl",
@@ -115,6 +120,7 @@ class TrialState:
     errors: SharedErrorCount
     reusable: Reusable | None = None
     reused: frozenset[str] = field(default_factory=frozenset)
+    rescored: RescoredTrials | None = None
 
 
 class GymSession:
@@ -150,6 +156,8 @@ class GymSession:
         self.exports: list[tuple[str, ExportResult]] = []
         self.exporters: list[Exporter] = []
         self._setup_errors: dict[str, str] = {}
+        #: --gym-rescore (owner): what the verifier change moved, for the summary.
+        self.rescore_report: dict[str, Any] | None = None
         #: xdist controller: ask Gym for the aggregate metrics as soon as the last trial reported.
         self.early_aggregate = False
         self._finished = False
@@ -188,7 +196,7 @@ class GymSession:
     @property
     def resume(self) -> bool:
         """Whether trials may be reused rather than run (xdist workers then prefetch nothing early)."""
-        return bool(self.settings.resume or self.merged is not None)
+        return bool(self.settings.resume or self.settings.rescore or self.merged is not None)
 
     @property
     def deferred(self) -> str | None:
@@ -220,6 +228,8 @@ class GymSession:
             # An ini shared by the shard jobs and the merge job (gym_shard = auto): the merge is no shard.
             settings = settings.model_copy(update={"shard": None})
         cls._check(settings)
+        if settings.rescore:
+            settings = cls._no_model(settings, run_dir, owner and not config.option.collectonly)
         shard = cls._shard(settings)
         merged = None
         if settings.merge:
@@ -331,6 +341,49 @@ class GymSession:
             )
         if settings.merge_allow_missing and not settings.merge:
             raise pytest.UsageError("pytest-gym: --gym-merge-allow-missing goes with --gym-merge RUN_DIR")
+        if settings.rescore_force and not settings.rescore:
+            raise pytest.UsageError("pytest-gym: --gym-rescore-force goes with --gym-rescore RUN_DIR")
+        if settings.rescore:
+            GymSession._check_rescore(settings)
+
+    @staticmethod
+    def _check_rescore(settings: GymSettings) -> None:
+        """--gym-rescore RUN_DIR must be a run folder with saved answers; it replaces rolling out, nothing else."""
+        from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE, read_jsonl
+
+        source = Path(settings.rescore or "")
+        fix = "give the run folder of an earlier pytest-gym (or `gym eval run`) run"
+        if not source.is_dir():
+            raise pytest.UsageError(f"pytest-gym: --gym-rescore {source} is not a folder; {fix}")
+        for name in (ROLLOUTS_FILE, MATERIALIZED_FILE):
+            if not (source / name).is_file():
+                raise pytest.UsageError(
+                    f"pytest-gym: --gym-rescore {source} is not a run folder: it has no {name}; {fix}"
+                )
+        if not any("response" in record for record in read_jsonl(source / ROLLOUTS_FILE)):
+            raise pytest.UsageError(
+                f"pytest-gym: --gym-rescore {source}: {source / ROLLOUTS_FILE} holds no rollout with a saved "
+                f"response, so there is nothing to re-verify; {fix} that finished some trials"
+            )
+        for name, conflict in (("resume", settings.resume), ("merge", settings.merge), ("shard", settings.shard)):
+            if conflict:
+                raise pytest.UsageError(
+                    f"pytest-gym: --gym-rescore re-verifies a finished run and cannot go with --gym-{name}; drop one"
+                )
+        if settings.policy in ("record", "replay"):
+            raise pytest.UsageError(
+                f"pytest-gym: --gym-rescore calls no model, so --gym-policy {settings.policy} has nothing to do; "
+                "drop it"
+            )
+
+    @staticmethod
+    def _no_model(settings: GymSettings, run_dir: Path, create: bool) -> GymSettings:
+        """Under --gym-rescore a Gym this run starts gets a model that refuses every call (a replay of nothing)."""
+        cassette = run_dir / NO_MODEL_CASSETTE
+        if create:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            cassette.touch()
+        return settings.model_copy(update={"policy": "replay", "cassette": str(cassette), "replay_miss": "error"})
 
     @staticmethod
     def _gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
@@ -508,6 +561,32 @@ class GymSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
+        if self.owner and self.progress.total and not self.config.option.collectonly:
+            self.run.start_trajectories()
+
+    # -- re-scoring an earlier run -------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """--gym-rescore: the owner re-verifies every saved answer once, before any trial (and before xdist
+        starts its workers): the trials, wherever they run, only read the verdicts from the run folder."""
+        if not self.owner or not self.settings.rescore or self.config.option.collectonly:
+            return
+        from pytest_gym.gym.rescore import UnsafeRescore, moved, moved_note, write_rescore_info
+
+        source = Path(self.settings.rescore)
+        try:
+            result = self.run.rescore(source)
+        except UnsafeRescore as exc:
+            raise pytest.UsageError(f"pytest-gym: --gym-rescore {source}: {exc}") from None
+        except GymError as exc:
+            error = clean_text(f"pytest-gym: --gym-rescore: {exc}", MAX_MESSAGE)
+            write_rescore_info(self.run_dir, source, None, error)
+            return
+        report = moved(result, self.settings.min_reward, self.settings.task_pass)
+        self.rescore_report = {"source": str(source), **report}
+        write_rescore_info(self.run_dir, source, report)
+        self.add_note(moved_note(source, report))
 
     # -- trials ------------------------------------------------------------------------------------
 
@@ -521,6 +600,11 @@ class GymSession:
             settings = self.settings
             reusable = self.merged or (load_reusable(Path(settings.resume), settings) if settings.resume else None)
             reused: frozenset[str] = frozenset()
+            rescored = None
+            if settings.rescore:
+                from pytest_gym.gym.rescore import load_rescored
+
+                rescored = load_rescored(self.run.run_dir, Path(settings.rescore))
             if reusable is not None:
                 self.add_note(reusable.note)
                 reused = frozenset(s.nodeid for s in planned if reusable.take(s.task.hash, s.repeat) is not None)
@@ -530,6 +614,7 @@ class GymSession:
                 SharedErrorCount(self.run.run_dir),
                 reusable,
                 reused,
+                rescored,
             )
         return self.trials
 
@@ -549,8 +634,11 @@ class GymSession:
         spec = item.spec
         state = self._trial_state(item.session)
         record = state.reusable.take(spec.task.hash, spec.repeat) if state.reusable else None
-        outcome = reused_outcome(spec, record) if record else None
-        if self.merged is not None:
+        outcome = reused_outcome(spec, record, from_shard=self.merged is not None) if record else None
+        if state.rescored is not None:
+            outcome = state.rescored.outcome(spec)  # no rollout: the saved answer, verified again
+            self.run.open_writer().record(outcome)
+        elif self.merged is not None:
             outcome = outcome or self._merged_fault(spec)  # its record is copied at the end (write_merged)
         elif outcome is not None and record is not None:
             self.run.open_writer().append_rollout(record)
@@ -581,7 +669,7 @@ class GymSession:
         item.user_properties.extend(outcome.to_properties())
         if not outcome.ok:
             state.errors.add()
-            if self.settings.policy == "replay":
+            if self.settings.policy == "replay" and not self.settings.rescore:
                 outcome.error = f"{outcome.error}{self._replay_miss(outcome, spec)}"
             raise_fault(outcome)
         return outcome
@@ -769,6 +857,8 @@ class GymSession:
             extra = {"shard": str(self.shard), "verdicts": "deferred" if self.deferred else "judged"}
         if self.merged is not None:
             extra = {"merged_from": [f.label for f in self.merged.folders]}
+        if self.rescore_report is not None:
+            extra["rescore"] = self.rescore_report
         self._step(
             "writing the summary",
             lambda: write_summary(self.run.run_dir, suites, self.settings.summary, notes=self.notes, **extra),

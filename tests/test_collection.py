@@ -38,6 +38,15 @@ def test_each_distinct_row_times_repeats_is_an_item_in_file_order(pytester: pyte
     assert result.ret == 0
 
 
+def test_a_dataset_given_twice_is_collected_once(pytester: pytest.Pytester, dataset: Path) -> None:
+    # Relative and absolute, on the command line: pytest before 8.1 would collect the path twice.
+    twice = ("--gym-dataset", str(dataset), "--gym-dataset", "evals/data.jsonl")
+    result = pytester.runpytest(*twice, "--co", "-q", *NO_GYM)
+    assert [line for line in result.stdout.lines if line.startswith("evals/")] == [
+        f"evals/data.jsonl::{h}[r0]" for h in HASHES
+    ]
+
+
 @pytest.mark.parametrize("xdist", [(), ("-p", "no:xdist")])
 def test_collect_only_starts_nothing(pytester: pytest.Pytester, dataset: Path, xdist: tuple[str, ...]) -> None:
     result = pytester.runpytest("--gym-dataset", str(dataset), "--co", *NO_GYM, *xdist)

@@ -154,13 +154,21 @@ def test_three_shards_merged_judge_like_one_unsharded_run(
         for d in ("merged", "whole")
     ]
     suites[1][SUITE].pop("baseline_note")  # "baseline written to whole.json"
+    # Latencies are the shards' own (the merge keeps them), not the unsharded run's: present, not equal.
+    totals = [s[SUITE]["totals"] for s in suites]
+    timed = [{k: t.pop(k) for k in list(t) if k.startswith("latency")} for t in totals]
+    assert set(timed[0]) == set(timed[1])
+    assert all(isinstance(v, float) and v > 0 for v in timed[0].values()), timed
     approx(suites[0], suites[1], "suites")
     shards = [arg for i in (1, 2, 3) for arg in ("--gym-merge", f"runs/shard-{i}")]
     again = pytester.runpytest(
         *shards, "--gym-run-dir", "runs/merged-2", "--gym-baseline", "merged.json", "--gym-update-baseline"
     )
     assert again.ret == pytest.ExitCode.TESTS_FAILED
-    tasks = [json.loads((pytester.path / f"{name}.json").read_text())["tasks"] for name in ("merged", "whole")]
+    tasks = [
+        json.loads((pytester.path / f"{name}.json").read_text())["suites"][SUITE]["tasks"]
+        for name in ("merged", "whole")
+    ]
     approx(tasks[0], tasks[1], "tasks")
     assert len(tasks[0]) == 15
 

@@ -201,4 +201,17 @@ def test_gyms_own_hydra_parser_reads_the_overrides_back(tmp_path: Path) -> None:
         "head_server.host": "127.0.0.1",
         "head_server.port": 12345,
         "uv_venv_dir": str(run_dir),
+        # --gym-trajectories on (the default): an absolute capture folder inside the run folder, read back whole.
+        "observability_enabled": True,
+        "model_call_capture_dir": str(run_dir.resolve() / "model_calls"),
     }
+
+
+def test_trajectories_capture_into_the_run_folder_and_a_users_set_comes_after(tmp_path: Path) -> None:
+    on = gym_command(
+        GymSettings(resources_server="mcqa", set=("observability_enabled=false",)), "gym", None, 1, tmp_path
+    )
+    capture = f"++model_call_capture_dir={tmp_path.resolve() / 'model_calls'}"
+    assert on.index("++observability_enabled=true") < on.index(capture) < on.index("+observability_enabled=false")
+    off = gym_command(GymSettings(resources_server="mcqa", trajectories="off"), "gym", None, 1, tmp_path)
+    assert not [arg for arg in off if "observability" in arg or "model_call_capture" in arg]

@@ -285,7 +285,7 @@ def test_new_failures_gate_names_the_tasks(pytester: pytest.Pytester) -> None:
     args = [*reuse(run, "d.jsonl", repeats=1), "--gym-baseline", "base.json", "--gym-verdict", "gate"]
     pytester.runpytest(*args, "--gym-update-baseline")
     later = earlier_run(pytester, {"d.jsonl": [(row(0), [1.0]), (row(1), [0.0]), (row(2), [0.0])]})
-    result = pytester.runpytest(*reuse(later, "d.jsonl", repeats=1), *args[6:], "--gym-gate", "new_failures<=0")
+    result = pytester.runpytest(*reuse(later, "d.jsonl", repeats=1), *args[8:], "--gym-gate", "new_failures<=0")
     h1, h2 = (task_hash(row(i))[:12] for i in (1, 2))
     result.stdout.fnmatch_lines(
         [

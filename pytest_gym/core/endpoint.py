@@ -39,6 +39,8 @@ class GymEndpoint:
     #: Whether the servers' pids are processes of this machine that this run started (start mode). An
     #: attached Gym may run on another host or in a container: its pids mean nothing here.
     local_pids: bool = False
+    #: Where Gym captures model calls (``model_call_capture_dir`` with ``observability_enabled``), if it does.
+    capture_dir: str | None = None
 
     @property
     def agents(self) -> list[str]:

@@ -103,6 +103,12 @@ SPECS: tuple[Spec, ...] = (
         metavar="PATH",
         is_path=True,
     ),
+    Spec(
+        "trajectories",
+        "'on' (default): Gym captures every model call into the run folder and the records get Gym's "
+        "ng_trajectory/ng_perf, as `gym eval run` writes them (for gym eval export/health-check); 'off'",
+        choices=("on", "off"),
+    ),
     Spec("startup_timeout", "seconds to wait for Gym to be ready (default 240)", "float", "S"),
     Spec("shutdown_grace", "seconds Gym gets to stop after SIGINT before SIGTERM/SIGKILL (default 30)", "float", "S"),
     Spec("trial_timeout", "seconds one rollout may take (default 600)", "float", "S"),
@@ -130,6 +136,18 @@ SPECS: tuple[Spec, ...] = (
         "reuse the finished trials of an earlier run folder (same agent, model and environment)",
         metavar="RUN_DIR",
         is_path=True,
+    ),
+    Spec(
+        "rescore",
+        "re-verify the saved answers of an earlier run folder with the current resources server (Gym's /verify); "
+        "no model is called, the trials report the new rewards",
+        metavar="RUN_DIR",
+        is_path=True,
+    ),
+    Spec(
+        "rescore_force",
+        "with --gym-rescore: re-verify even resources servers whose verification is not stateless",
+        "flag",
     ),
     Spec("progress_interval", "seconds between progress lines on long runs (default 10; -q hides them)", "float", "S"),
     Spec(

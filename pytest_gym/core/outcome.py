@@ -8,6 +8,7 @@ by its properties, ``is_trial_nodeid`` by its node id where only ids are known.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable
@@ -34,6 +35,14 @@ class TrialSpec:
     def key(self) -> tuple[str, int]:
         return (self.task.hash, self.repeat)
 
+    @property
+    def rollout_id(self) -> str:
+        """Gym's ``_ng_rollout_id``, the key of the trial's captured model calls: Gym's default key
+        (``<task index>-<rollout index>``) repeats across the datasets of one run, and their
+        trajectories would mix."""
+        where = hashlib.sha256(self.nodeid.encode()).hexdigest()[:8]
+        return f"{self.task.short_hash}-r{self.repeat}-{where}"
+
 
 @dataclass
 class TrialOutcome:
@@ -55,6 +64,8 @@ class TrialOutcome:
     agent: str | None = None
     tokens: dict[str, int] = field(default_factory=dict)
     reused: bool = False
+    #: --gym-rescore: the reward is the current verifier's verdict on an earlier run's saved answer.
+    rescored: bool = False
 
     @classmethod
     def for_spec(cls, spec: TrialSpec, **fields: Any) -> TrialOutcome:
@@ -90,6 +101,8 @@ class TrialOutcome:
             props.append(("gym_error_class", self.error_class))
         if self.reused:
             props.append(("gym_reused", True))
+        if self.rescored:
+            props.append(("gym_rescored", True))
         return props
 
     def to_json(self) -> dict[str, Any]:
@@ -161,4 +174,16 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
         error_class=str(error_class) if error_class else None,
         tokens=tokens,
         reused=props.get("gym_reused") is True,
+        rescored=props.get("gym_rescored") is True,
     )
+
+
+def token_usage(answer: dict[str, Any]) -> dict[str, int]:
+    """The token counts of a Gym answer's ``response.usage`` (a fresh one or one read back from a run folder)."""
+    response = answer.get("response")
+    usage = response.get("usage") if isinstance(response, dict) else None
+    if not isinstance(usage, dict):
+        return {}
+    return {
+        k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)
+    }

@@ -44,6 +44,7 @@ class GymSettings(BaseModel):
     cli: str = "gym"
     server_venv: str | None = None
     run_dir: str | None = None
+    trajectories: Literal["on", "off"] = "on"
     startup_timeout: float = Field(240.0, gt=0)
     shutdown_grace: float = Field(30.0, ge=0)
     trial_timeout: float = Field(600.0, gt=0)
@@ -53,6 +54,8 @@ class GymSettings(BaseModel):
     retries: int = Field(0, ge=0, le=100)
     max_errors: str | None = Field(None, pattern=r"^\s*\d+(\.\d+)?\s*%?\s*$")
     resume: str | None = None
+    rescore: str | None = None
+    rescore_force: bool = False
     progress_interval: float = Field(10.0, gt=0)
     gate: tuple[str, ...] = ()
     verdict: Literal["trial", "gate"] = "trial"
@@ -253,6 +256,8 @@ def resolve(
             raw = (
                 tuple(str(resolve_path(v, base)) for v in raw) if spec.kind == "list" else str(resolve_path(raw, base))
             )
+        if spec.name == "dataset":
+            raw = tuple(dict.fromkeys(raw))  # once each: pytest < 8.1 would collect a path given twice twice
         try:
             values[spec.name] = _validate_one(spec.name, raw)
         except ValidationError as exc:

@@ -38,6 +38,7 @@ from pytest_gym.gym.processes import (
     stop_supervised,
     supervisor_popen,
 )
+from pytest_gym.gym.trajectories import attached_capture_dir, capture_dir
 
 STATE_FILE = "deployment.json"
 LOCK_FILE = ".deployment.lock"
@@ -163,7 +164,7 @@ def discover(head_url: str, timeout: float = 10.0) -> GymEndpoint:
         env_name = env_for_agent.get(server.process_name)
         target = by_name.get(env_name) if env_name else None
         routes[server.process_name] = (target or server).url + "/run"
-    return GymEndpoint(head_url=head_url, servers=servers, run_routes=routes)
+    return GymEndpoint(head_url=head_url, servers=servers, run_routes=routes, capture_dir=attached_capture_dir(config))
 
 
 def free_port() -> int:
@@ -253,6 +254,9 @@ def gym_command(
         links = run_dir / "server-venvs"
         _link_server_venvs(venv, links)
         args += ["++skip_venv_if_present=true", f"++uv_venv_dir={hydra_quote(str(links))}"]
+    if settings.trajectories == "on":
+        # Before --gym-set, so a user's own setting wins; an absolute folder, as Gym requires.
+        args += ["++observability_enabled=true", f"++model_call_capture_dir={hydra_quote(str(capture_dir(run_dir)))}"]
     args += [_hydra_override(item) for item in settings.set]
     args += fidelity_args(settings, gym_cli, run_dir)
     return args

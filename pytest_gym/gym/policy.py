@@ -72,6 +72,10 @@ class Script:
             raise ValueError(f"fault_mode must be one of {FAULT_MODES}")
 
 
+#: A JSON object of script changes the policy applies at start (the same keys as ``PUT /_script``).
+SCRIPT_ENV = "PYTEST_GYM_POLICY_SCRIPT"
+
+
 class PolicyState:
     """Script plus counters, shared by the handler threads."""
 
@@ -384,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port-file", help="write the bound port here once listening")
     args = parser.parse_args(argv)
     script = Script(answer=args.answer, model=args.model, latency_ms=args.latency_ms)
+    initial = os.environ.get(SCRIPT_ENV)
+    if initial:  # e.g. {"tool_name": "get_weather"}: a started policy that calls a tool from the first trial
+        script.update(json.loads(initial))
     server = PolicyServer(args.host, args.port, script)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     port = server.server_address[1]

@@ -23,7 +23,9 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
-from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_secrets
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
+from pytest_gym.judge.paired import Rule, task_passes
 from pytest_gym.rollout.http import FetchError, fetch
 from pytest_gym.runfolder.rollouts import (
     AGENT_REF_KEY,
@@ -36,6 +38,11 @@ from pytest_gym.runfolder.rollouts import (
 
 RESOURCES_TYPE = "resources_servers"
 RESCORED_FILE = "rescored.jsonl"
+#: In a ``rescored.jsonl`` line: why that rollout has no new reward.
+ERROR_KEY = "_pytest_gym_rescore_error"
+TASK_HASH_KEY = "_pytest_gym_task_hash"
+#: This run's re-score in brief (source, what moved, or the error that stopped it): every xdist worker reads it.
+RESCORE_INFO_FILE = "rescore.json"
 #: Keys of a rollout that the verifier needs besides the request (Gym's reverify copies the same two).
 _VERIFIER_INPUTS = ("deliverables_dir", "reference_ids")
 
@@ -47,6 +54,7 @@ class Rescored:
     task_index: int
     rollout_index: int
     nodeid: str | None
+    task_hash: str | None
     old_reward: float | None
     new_reward: float | None = None
     error: str | None = None
@@ -71,6 +79,10 @@ class RescoreResult:
     @property
     def errors(self) -> list[Rescored]:
         return [r for r in self.results if r.error is not None]
+
+
+class UnsafeRescore(GymError):
+    """A resources server whose verification depends on the original rollout's state (not ``stateless``)."""
 
 
 def agent_resources_servers(config: Any) -> dict[str, str]:
@@ -172,50 +184,183 @@ def rescore(
     modes = {name: str(_get_json(f"{urls[name]}/reverify_mode", timeout)) for name in {s for _, _, s in routed}}
     unsafe = sorted(name for name, mode in modes.items() if mode != "stateless")
     if unsafe and not force:
-        raise GymError(
+        raise UnsafeRescore(
             f"resources server(s) {', '.join(unsafe)} cannot be re-verified safely (reverify_mode "
             f"{', '.join(modes[n] for n in unsafe)}: verification depends on state of the original rollout); "
-            "pass force=True to re-score anyway"
+            "re-score anyway with force=True (--gym-rescore-force) only if that state does not matter"
         )
 
-    def one(item: tuple[tuple[Any, Any], dict[str, Any], str]) -> tuple[Rescored, dict[str, Any] | None]:
+    def one(item: tuple[tuple[Any, Any], dict[str, Any], str]) -> tuple[Rescored, dict[str, Any]]:
         (task, repeat), record, server = item
         old = record.get(reward_key)
+        task_hash = record.get(TASK_HASH_KEY)
         result = Rescored(
             task_index=int(task or 0),
             rollout_index=int(repeat or 0),
             nodeid=record.get("_pytest_gym_nodeid"),
+            task_hash=task_hash if isinstance(task_hash, str) else None,
             old_reward=float(old) if isinstance(old, (int, float)) and not isinstance(old, bool) else None,
         )
-        body = json.dumps(verify_payload(inputs[(task, repeat)], record), ensure_ascii=False).encode()
-        url = f"{urls[server]}/verify"
+        verify(result, inputs[(task, repeat)], record, f"{urls[server]}/verify")
+        line = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: repeat, **(result.answer or {})}
+        line["_pytest_gym_old_reward"] = result.old_reward
+        line["_pytest_gym_nodeid"] = result.nodeid
+        line[TASK_HASH_KEY] = result.task_hash
+        if result.error is not None:
+            line[ERROR_KEY] = result.error
+        return result, line
+
+    def verify(result: Rescored, request: dict[str, Any], record: dict[str, Any], url: str) -> None:
+        body = json.dumps(verify_payload(request, record), ensure_ascii=False)
         try:
-            status, data = fetch("POST", url, body, timeout=timeout)
+            status, data = fetch("POST", url, body.encode(), timeout=timeout)
         except FetchError as exc:
             result.error = f"cannot reach {url}: {exc}"
-            return result, None
+            return
         if status >= 400:
             result.error = f"HTTP {status} from {url}: {mask_secrets(data[:200].decode('utf-8', 'replace'))}"
-            return result, None
+            return
         try:
             answer = json.loads(data)
             reward = answer[reward_key]
         except (ValueError, KeyError, TypeError):
             result.error = f"{url} answered without a {reward_key!r}"
-            return result, None
+            return
         if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
             result.error = f"{url} answered {reward_key}={reward!r}, not a finite number"
-            return result, None
+            return
         result.new_reward = float(reward)
         result.answer = answer
-        line = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: repeat, **answer}
-        line["_pytest_gym_old_reward"] = result.old_reward
-        line["_pytest_gym_nodeid"] = result.nodeid
-        return result, line
 
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         done = list(pool.map(one, routed))
     if output is not None:
-        lines = [json.dumps(line, ensure_ascii=False) for _, line in done if line is not None]
+        lines = [json.dumps(line, ensure_ascii=False) for _, line in done]
         write_atomically(run_dir / output, mask_secrets("".join(f"{x}\n" for x in lines)).encode(), fsync=False)
     return RescoreResult(results=[r for r, _ in done], servers=agents, modes=modes, skipped=skipped)
+
+
+# -- the session's side: trials take their outcome from the re-score, the run says what moved -----------------------
+
+
+@dataclass
+class RescoredTrials:
+    """The re-score of an earlier run, by (task hash, repeat): each trial's new verdict and its request."""
+
+    source: Path
+    error: str | None = None
+    lines: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    requests: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
+    by_index: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
+
+    def outcome(self, spec: TrialSpec) -> TrialOutcome:
+        """This trial's outcome: the new reward of its saved answer, or why it has none (a fault)."""
+        if self.error is not None:
+            return TrialOutcome.for_spec(spec, error=self.error, error_class="rescore", rescored=True)
+        line = self.lines.get(spec.key) or self.by_index.get((spec.task_index, spec.repeat))
+        if line is None:
+            return TrialOutcome.for_spec(
+                spec,
+                error=f"rescore: {self.source} has no rewarded answer for this trial (it failed there or was not "
+                "run); run it normally, or deselect it",
+                error_class="rescore",
+                rescored=True,
+            )
+        request = self.requests.get((line.get(TASK_INDEX_KEY), line.get(ROLLOUT_INDEX_KEY)))
+        if line.get(ERROR_KEY):
+            error = clean_text(f"rescore: {line[ERROR_KEY]}")
+            return TrialOutcome.for_spec(spec, error=error, error_class="rescore", request=request, rescored=True)
+        answer = {k: v for k, v in line.items() if not k.startswith("_pytest_gym_")}
+        reward = answer.get(spec.reward_key)
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            return TrialOutcome.for_spec(
+                spec,
+                error=f"rescore: the verifier's answer has no finite {spec.reward_key!r}",
+                error_class="rescore",
+                request=request,
+                rescored=True,
+            )
+        return TrialOutcome.for_spec(
+            spec, reward=float(reward), answer=answer, request=request, tokens=token_usage(answer), rescored=True
+        )
+
+
+def load_rescored(run_dir: Path, source: Path) -> RescoredTrials:
+    """What ``rescore`` wrote into ``run_dir`` (this run's folder), joined with ``source``'s requests."""
+    trials = RescoredTrials(source=source)
+    try:
+        info = json.loads((run_dir / RESCORE_INFO_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = {"error": f"rescore: {run_dir / RESCORE_INFO_FILE} is missing: the re-score did not run"}
+    if isinstance(info, dict) and info.get("error"):
+        trials.error = clean_text(str(info["error"]))
+        return trials
+    for line in read_jsonl(run_dir / RESCORED_FILE):
+        task_hash, repeat = line.get(TASK_HASH_KEY), line.get(ROLLOUT_INDEX_KEY)
+        if not isinstance(repeat, int) or isinstance(repeat, bool) or json_depth_exceeds(line):
+            continue
+        if isinstance(task_hash, str):
+            trials.lines[(task_hash, repeat)] = line
+        else:  # a folder Gym's own collector wrote: its rows are known by position only
+            trials.by_index[(line.get(TASK_INDEX_KEY), repeat)] = line
+    for request in read_jsonl(source / MATERIALIZED_FILE):
+        trials.requests[(request.get(TASK_INDEX_KEY), request.get(ROLLOUT_INDEX_KEY))] = request
+    return trials
+
+
+def _task_of(item: Rescored) -> str:
+    return (item.nodeid or "").rsplit("[", 1)[0] or str(item.task_hash or item.task_index)
+
+
+def moved(result: RescoreResult, min_reward: float = 1.0, rule: Rule = "all") -> dict[str, Any]:
+    """What the verifier change moved: the rewards (old -> new) and the tasks whose pass/fail flipped."""
+    changed = [
+        {"nodeid": r.nodeid, "task_index": r.task_index, "repeat": r.rollout_index, "old": r.old_reward,
+         "new": r.new_reward}
+        for r in result.changed
+    ]  # fmt: skip
+    tasks: dict[str, list[Rescored]] = {}
+    for item in result.results:
+        if item.error is None and item.old_reward is not None and item.new_reward is not None:
+            tasks.setdefault(_task_of(item), []).append(item)
+    flipped = []
+    for task, items in sorted(tasks.items()):
+        before = task_passes([r.old_reward for r in items if r.old_reward is not None], min_reward, rule)
+        after = task_passes([r.new_reward for r in items if r.new_reward is not None], min_reward, rule)
+        if before != after:
+            flipped.append({"task": task, "before": "pass" if before else "fail", "after": "pass" if after else "fail"})
+    return {
+        "rescored": len(result.results) - len(result.errors),
+        "errors": len(result.errors),
+        "skipped": result.skipped,
+        "moved": changed,
+        "flipped_tasks": flipped,
+        "modes": dict(result.modes),
+    }
+
+
+def moved_note(source: Path, report: dict[str, Any], shown: int = 10) -> str:
+    """One line for the terminal and the summary's notes: how many rewards moved, and which tasks flipped."""
+    changes = report["moved"]
+    text = (
+        f"rescore: re-verified {report['rescored']} saved answers of {source} with the current resources server "
+        f"({', '.join(f'{k}: {v}' for k, v in sorted(report['modes'].items())) or 'none'}), no model called; "
+        f"{len(changes)} reward{'s' if len(changes) != 1 else ''} moved"
+    )
+    if changes:
+        parts = [f"{c['nodeid'] or c['task_index']} {c['old']:g} -> {c['new']:g}" for c in changes[:shown]
+                 if c["old"] is not None]  # fmt: skip
+        text += ": " + ", ".join(parts) + (f" (and {len(changes) - shown} more)" if len(changes) > shown else "")
+    flipped = report["flipped_tasks"]
+    if flipped:
+        shown_tasks = ", ".join(f"{f['task']} {f['before']} -> {f['after']}" for f in flipped[:shown])
+        more = f" (and {len(flipped) - shown} more)" if len(flipped) > shown else ""
+        text += f"; tasks whose pass/fail flipped: {shown_tasks}{more}"
+    if report["errors"]:
+        text += f"; {report['errors']} could not be re-verified (their trials error)"
+    return text
+
+
+def write_rescore_info(run_dir: Path, source: Path, report: dict[str, Any] | None, error: str | None = None) -> None:
+    data = {"source": str(source), "error": error, **(report or {})}
+    write_atomically(run_dir / RESCORE_INFO_FILE, mask_secrets(json.dumps(data, indent=2)).encode(), fsync=False)

@@ -24,6 +24,7 @@ from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.server import GymServer
+from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.rollout.claims import BOARD_DIR, BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
 from pytest_gym.runfolder.rollouts import (
@@ -38,6 +39,7 @@ from pytest_gym.runfolder.rollouts import (
 from pytest_gym.runfolder.runinfo import write_run_info
 
 if TYPE_CHECKING:
+    from pytest_gym.gym.rescore import RescoreResult
     from pytest_gym.rollout.dispatcher import Dispatcher
 
 #: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
@@ -59,9 +61,12 @@ class GymRun:
     error: str | None = None
     gym_dead: str | None = None
     notes: list[str] = field(default_factory=list)
+    finalizer: Finalizer | None = None
+    trajectories_done: bool = False
     _aggregate: concurrent.futures.Future[list[dict[str, Any]] | None] | None = field(
         default=None, init=False, repr=False
     )
+    _trajectory_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def concurrency(self) -> int:
@@ -103,12 +108,32 @@ class GymRun:
                 skip=skip,
             )
             writer = self.open_writer()
+            writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type
             # First: masked and bounded before the writer records it and the claim board publishes it.
             masker = Masker()
             self.dispatcher.listeners.append(lambda outcome: clean_outcome(outcome, masker))
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
+
+    def rescore(self, source: Path) -> RescoreResult:
+        """--gym-rescore: acquire the deployment (no dispatcher: nothing is rolled out) and re-verify every
+        saved answer of ``source``; the new verdicts go to this run folder's ``rescored.jsonl``."""
+        from pytest_gym.gym.rescore import RESCORED_FILE, rescore
+
+        if self.server is None:
+            endpoint = acquire(self.settings, self.run_dir)
+            default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
+            self.server = GymServer(endpoint, self.settings, default_agent)  # for the aggregate metrics at the end
+        return rescore(
+            source,
+            self.server.endpoint,
+            reward_key=self.settings.reward_key,
+            concurrency=self.settings.concurrency,
+            timeout=self.settings.trial_timeout,
+            force=self.settings.rescore_force,
+            output=self.run_dir / RESCORED_FILE,
+        )
 
     def _claims(self) -> Claims:
         """How this process shares the trials: alone, all in memory; xdist workers, through claim files."""
@@ -195,9 +220,81 @@ class GymRun:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
             return None
 
+    def start_trajectories(self) -> None:
+        """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
+        if not self.owner or self.settings.trajectories != "on" or not self.settings.starts_gym:
+            return
+        if self.finalizer is not None:
+            return
+        python = gym_python(self.settings.cli)
+        if python is None:
+            return  # said at the end, where it matters
+        folder = capture_dir(self.run_dir)
+        self.finalizer = Finalizer(python, folder, self.run_dir)
+        try:
+            self.finalizer.start()
+        except OSError as exc:
+            self.finalizer = None
+            self.notes.append(clean_text(f"trajectories: Gym's interpreter {python} did not start: {exc}"))
+
+    def finalize_trajectories(self) -> None:
+        """Owner, once, when every rollout is in the run folder: Gym's collector step over its records.
+
+        Never raises: the raw records stay as written and a note says why.
+        """
+        with self._trajectory_lock:
+            if self.trajectories_done or not self.owner or self.settings.trajectories != "on":
+                return
+            self.trajectories_done = True
+            try:
+                self._finalize_trajectories()
+            except Exception as exc:
+                self.notes.append(clean_text(f"trajectories: {type(exc).__name__}: {exc}"))
+            finally:
+                if self.finalizer is not None:
+                    self.finalizer.close()
+                    self.finalizer = None
+
+    def _finalize_trajectories(self) -> None:
+        if not (self.run_dir / ROLLOUTS_FILE).is_file():
+            return
+        endpoint = self.endpoint()
+        if endpoint is None:
+            return  # nothing ran against Gym here (every trial reused)
+        if endpoint.local_pids and endpoint.capture_dir is None:
+            self.notes.append(
+                "trajectories: Gym was started without observability_enabled/model_call_capture_dir (a --gym-set "
+                "overrode them?): records keep Gym's answers as they are"
+            )
+            return
+        if not endpoint.local_pids or endpoint.capture_dir is None:
+            # An attached Gym: its capture folder (if any) is shared by every run against it, and capture ids
+            # are "<task>-<rollout>", the same in each run, so its files would mix runs. Only a Gym this run
+            # started captures into a folder of this run alone.
+            self.notes.append(
+                f"trajectories: records keep the attached Gym's answers as they are ({endpoint.head_url}); Gym's "
+                "collector step (ng_trajectory from captured model calls, for gym eval health-check and export) "
+                "needs a Gym pytest-gym starts, capturing into this run's folder; --gym-trajectories off silences this"
+            )
+            return
+        folder = Path(endpoint.capture_dir)
+        if self.finalizer is None or self.finalizer.folder != folder:
+            if self.finalizer is not None:
+                self.finalizer.close()
+            python = gym_python(self.settings.cli)
+            if python is None:
+                self.notes.append(
+                    f"trajectories: Gym's interpreter was not found beside {self.settings.cli!r} (--gym-cli): "
+                    "records kept as Gym answered"
+                )
+                return
+            self.finalizer = Finalizer(python, folder, self.run_dir)
+        self.finalizer.finalize(self.run_dir, environment_servers(endpoint))
+
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
         from pytest_gym.rollout.http import FetchError, fetch  # imported when used (asyncio: start-up time)
 
+        self.finalize_trajectories()  # first: Gym's perf_summary is made of the records' ng_perf
         if self.gym_dead is not None:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics skipped: {self.gym_dead}"))
             return None
@@ -230,6 +327,9 @@ class GymRun:
     def finish(self) -> None:
         """End of the run: close the dispatcher; the owner stops the deployment."""
         self.close()
+        if self.finalizer is not None:
+            self.finalizer.close()
+            self.finalizer = None
         if self.owner:
             self.notes.extend(release(self.settings, self.run_dir))
             ClaimBoard.remove_folder(self.run_dir / BOARD_DIR)

@@ -7,6 +7,7 @@ control characters dropped, bounded) and the whole message stays under ``MAX_MES
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pytest_gym.core.masking import MAX_FIELD, MAX_MESSAGE, Masker, clean_text, json_depth_exceeds
@@ -38,6 +39,72 @@ def diagnostics(answer: dict[str, Any] | None, reward_key: str) -> list[str]:
     return lines
 
 
+#: The trajectory view of a failed agentic trial: at most this many lines, each at most this long.
+MAX_VIEW_LINES = 12
+MAX_VIEW_LINE = 160
+
+
+def _short(value: Any, limit: int = MAX_VIEW_LINE) -> str:
+    """One line of text: masked in full, then whitespace folded and cut to ``limit``."""
+    text = " ".join(clean_text(value if isinstance(value, str) else json.dumps(value, default=str)).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    parts = content if isinstance(content, list) else item.get("summary")
+    if not isinstance(parts, list):
+        return ""
+    return " ".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
+def trajectory_view(answer: dict[str, Any] | None, record: str | None = None) -> list[str]:
+    """What the agent did, for a failure message: its turns, tool calls and final answer, bounded.
+
+    Read from the answer's Responses object (``response.output``: every item of every turn) and, when
+    Gym's ``ng_trajectory`` is there, its turn count. Empty for a trial without tool calls (one answer
+    says all there is: the diagnostics show it). ``record`` says where the whole record is.
+    """
+    response = (answer or {}).get("response")
+    output = response.get("output") if isinstance(response, dict) else None
+    items = [item for item in output if isinstance(item, dict)] if isinstance(output, list) else []
+    calls = [item for item in items if item.get("type") == "function_call"]
+    if not calls:
+        return []
+    trajectory = (answer or {}).get("ng_trajectory")
+    turns = trajectory.get("turns") if isinstance(trajectory, dict) else None
+    turn_count = (
+        len(turns) if isinstance(turns, list) else sum(1 for i in items if i.get("type") == "message") + len(calls)
+    )
+    lines = []
+    text: Any
+    for item in items:
+        kind = item.get("type")
+        if kind == "function_call":
+            prefix, text = "    tool call ", f"{_short(item.get('name'), 60)}({_short(item.get('arguments'), 10_000)})"
+        elif kind == "function_call_output":
+            prefix, text = "    tool output: ", item.get("output")
+        elif kind == "message":
+            prefix, text = f"    {_short(item.get('role') or 'assistant', 20)}: ", _item_text(item)
+        elif kind == "reasoning":
+            prefix, text = "    reasoning: ", _item_text(item)
+        else:
+            continue
+        lines.append(prefix + _short(text, MAX_VIEW_LINE - len(prefix)))
+    if len(lines) > MAX_VIEW_LINES:  # the start and the end (the final answer) matter most
+        keep = MAX_VIEW_LINES - 1
+        lines = [
+            *lines[: keep // 2],
+            f"    ... {len(lines) - keep} more items ...",
+            *lines[len(lines) - (keep - keep // 2) :],
+        ]
+    head = f"  trajectory: {turn_count} turn{'s' * (turn_count != 1)}, {len(calls)} tool call{'s' * (len(calls) != 1)}"
+    tail = [f"  full record: {_short(record, 400)}"] if record else []
+    return [head + ":", *lines, *tail]
+
+
 def _bounded(message: str) -> str:
     return clean_text(message, MAX_MESSAGE)
 
@@ -49,12 +116,14 @@ def fault_message(outcome: TrialOutcome) -> str:
     )
 
 
-def failure_message(outcome: TrialOutcome, min_reward: float, reward_key: str) -> str:
+def failure_message(outcome: TrialOutcome, min_reward: float, reward_key: str, record: str | None = None) -> str:
+    """Why a trial failed; with tool calls, also what the agent did and where its ``record`` is."""
     head = (
         f"reward {outcome.reward!r} < min_reward {float(min_reward)!r} for task {outcome.task_hash[:12]} "
         f"({outcome.dataset}:{outcome.line}, repeat {outcome.repeat})"
     )
-    return _bounded("\n".join([head, *diagnostics(outcome.answer, reward_key)]))
+    view = trajectory_view(outcome.answer, record)
+    return _bounded("\n".join([head, *diagnostics(outcome.answer, reward_key), *view]))
 
 
 def clean_outcome(outcome: TrialOutcome, masker: Masker | None = None) -> None:

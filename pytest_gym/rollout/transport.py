@@ -20,7 +20,7 @@ from typing import Any
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
@@ -58,13 +58,17 @@ def row_agent(row: dict[str, object]) -> str | None:
     return None
 
 
-def build_request(row: dict[str, Any], agent: str | None, task_index: int, repeat: int) -> dict[str, Any]:
-    """The body Gym's collector sends: the row, its agent, and the task/rollout indices."""
+def build_request(
+    row: dict[str, Any], agent: str | None, task_index: int, repeat: int, rollout_id: str | None = None
+) -> dict[str, Any]:
+    """The body Gym's collector sends: the row, its agent, the task/rollout indices (and rollout id)."""
     body = dict(row)
     if agent is not None:
         body["agent_ref"] = {"name": agent}
     body["_ng_task_index"] = task_index
     body["_ng_rollout_index"] = repeat
+    if rollout_id is not None:
+        body["_ng_rollout_id"] = rollout_id
     return body
 
 
@@ -162,16 +166,6 @@ def post_rollout_once(
     return run_blocking(once())
 
 
-def token_usage(answer: dict[str, Any]) -> dict[str, int]:
-    response = answer.get("response")
-    usage = response.get("usage") if isinstance(response, dict) else None
-    if not isinstance(usage, dict):
-        return {}
-    return {
-        k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)
-    }
-
-
 class Rollouts:
     """Runs one trial's rollout from its spec to its outcome, on the dispatcher's event loop."""
 
@@ -207,7 +201,9 @@ class Rollouts:
                 )
             outcome.agent = agent
             url = self.endpoint.route_for(agent)
-            body = build_request(row, agent if spec.agent or not own else None, spec.task_index, spec.repeat)
+            body = build_request(
+                row, agent if spec.agent or not own else None, spec.task_index, spec.repeat, spec.rollout_id
+            )
             outcome.request = body
             answer, reward, latency = await self._post(url, encode(body), spec.reward_key, outcome)
         except TrialFault as fault:

@@ -23,9 +23,9 @@ trial outcomes. The formats copy ``nemo_gym/rollout_collection.py`` of nemo-gym 
 ``rollouts_aggregate_metrics.json``
     The list of per-environment-server entries built from ``/aggregate_metrics`` answers.
 
-Not reproduced: with Gym's ``observability_enabled`` the collector also merges model-call captures from
-disk into each record and re-projects ``ng_trajectory`` and ``ng_perf``; here an ``ng_trajectory`` in the
-answer is kept as the agent sent it.
+With Gym's ``observability_enabled`` the collector also merges model-call captures from disk into each
+record and re-projects ``ng_trajectory`` and ``ng_perf``: ``pytest_gym.gym.trajectories`` does that step
+with Gym's own code at the end of the run (``--gym-trajectories``); the records here are the raw ones.
 
 xdist workers append to the same files: each record is one complete line written to an ``O_APPEND``
 descriptor under an exclusive ``flock``, so no line tears, interleaves or is lost, whatever its size.
@@ -167,6 +167,17 @@ def _json_bytes(data: Any, indent: int | None = None) -> bytes:
         return json.dumps(data, ensure_ascii=True, allow_nan=False, indent=indent, separators=separators).encode()
 
 
+def encode_record(masker: Masker, data: Mapping[str, Any]) -> bytes:
+    """One masked jsonl line of a record, as every run-folder file holds it."""
+    masked, text = masker.record(data)
+    if text is not None:
+        try:
+            return text.encode("utf-8") + b"\n"  # the serialisation the check made: the usual case
+        except UnicodeEncodeError:
+            pass
+    return _json_bytes(masked) + b"\n"
+
+
 class _AppendFile:
     """A jsonl file this process appends to while other processes append to it too."""
 
@@ -236,6 +247,11 @@ class RunFolderWriter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def add_servers(self, servers: Mapping[str, EnvironmentServer]) -> None:
+        """Name the environment servers once the deployment is known (the writer may open before it)."""
+        with self._lock:
+            self._servers.update(servers)
+
     def server_for(self, outcome: TrialOutcome) -> EnvironmentServer | None:
         return self._servers.get(outcome.agent) if outcome.agent else None
 
@@ -263,13 +279,7 @@ class RunFolderWriter:
                 self._files[ROLLOUTS_FILE].append(line)
 
     def _line(self, data: Mapping[str, Any]) -> bytes:
-        masked, text = self._masker.record(data)
-        if text is not None:
-            try:
-                return text.encode("utf-8") + b"\n"  # the serialisation the check made: the usual case
-            except UnicodeEncodeError:
-                pass
-        return _json_bytes(masked) + b"\n"
+        return encode_record(self._masker, data)
 
     def close(self) -> None:
         with self._lock:

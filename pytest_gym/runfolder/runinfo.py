@@ -18,7 +18,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_data
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
 
@@ -167,8 +167,12 @@ def _reusable_reward(reward: Any) -> bool:
     return isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward)
 
 
-def reused_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome | None:
-    """The outcome an earlier run's record gives this trial; None when the record cannot be trusted."""
+def reused_outcome(spec: TrialSpec, record: dict[str, Any], *, from_shard: bool = False) -> TrialOutcome | None:
+    """The outcome an earlier run's record gives this trial; None when the record cannot be trusted.
+
+    ``from_shard``: the record is this run's own trial, run by a shard job (--gym-merge), not an earlier
+    run's: it keeps its latency and is not marked reused, so the merged totals equal an unsharded run's.
+    """
     reward = record.get(spec.reward_key)
     if not _reusable_reward(reward) or reward is None:
         return None
@@ -185,5 +189,14 @@ def reused_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome | No
         answer=answer,
         attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 0 else 1,
         agent=name if isinstance(name, str) else spec.agent,
-        reused=True,
+        tokens=token_usage(record),
+        latency_s=_recorded_latency(record) if from_shard else 0.0,
+        reused=not from_shard,
     )
+
+
+def _recorded_latency(record: dict[str, Any]) -> float:
+    latency = record.get("_pytest_gym_latency_s")
+    if isinstance(latency, bool) or not isinstance(latency, (int, float)):
+        return 0.0
+    return float(latency) if math.isfinite(latency) and latency >= 0 else 0.0

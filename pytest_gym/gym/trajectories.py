@@ -1,0 +1,195 @@
+"""Trajectories: the records Gym's collector would have written, so Gym's own tools read them whole.
+
+With ``observability_enabled`` and an absolute ``model_call_capture_dir``, Gym's model server writes
+every model call of a rollout to ``<dir>/<task>-<rollout>.capture.jsonl``; Gym's collector
+(``nemo_gym/rollout_collection.py``, ``_run_from_config``) then folds those calls into the rollout's
+record (``merge_model_call_capture_into_record``), projects ``ng_trajectory`` and ``ng_perf`` from them
+and stamps the environment server's name and type. ``gym eval health-check`` and ``gym eval export
+--format atif`` read exactly these fields.
+
+pytest-gym never imports ``nemo_gym``: that step runs Gym's own functions in Gym's own interpreter (the
+``python`` beside the ``gym`` CLI), one helper process per run, started early so that its imports
+(seconds) overlap the trials and fed the finished records at the end. The raw records stay in
+``rollouts.jsonl`` as they were written until the finalized file replaces it in one step
+(``write_atomically``): a crash at any point leaves one or the other, whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
+from pytest_gym.core.masking import Masker, clean_text
+from pytest_gym.runfolder.rollouts import (
+    MATERIALIZED_FILE,
+    ROLLOUT_INDEX_KEY,
+    ROLLOUTS_FILE,
+    TASK_INDEX_KEY,
+    EnvironmentServer,
+    encode_record,
+    read_jsonl,
+)
+
+#: The capture folder inside the run folder (Gym needs it absolute).
+CAPTURE_DIR = "model_calls"
+#: Keys a finalized record carries; a record that has them is left alone (reused by --gym-resume).
+FINALIZED_KEY = "ng_model_call_capture"
+_TIMEOUT_S = 600.0
+
+#: Runs in Gym's interpreter: Gym's collector steps, in its order, one record per stdin line.
+_HELPER = r"""
+import json, sys
+from pathlib import Path
+from nemo_gym.base_responses_api_model import merge_model_call_capture_into_record
+from nemo_gym.rollout_collection import _attach_ng_perf, _attach_trajectory_record, _has_observation_gap
+
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+capture_dirs = [Path(sys.argv[1])]
+for line in sys.stdin:
+    if not line.strip():
+        continue
+    item = json.loads(line)
+    row, result = item["row"], item["result"]
+    try:
+        merge_model_call_capture_into_record(
+            result, capture_dirs, include_payloads=not _has_observation_gap(result, "multimodal_history_redacted")
+        )
+        if "ng_model_call_capture" in result or "ng_agent_observations" in result or "ng_trajectory" in result:
+            _attach_trajectory_record(row, result)
+        _attach_ng_perf(result, observability_enabled=True, rollout_latency_ms=item.get("latency_ms"))
+    except Exception as exc:
+        sys.stderr.write(f"record {item.get('n')}: {type(exc).__name__}: {exc}\n")
+    sys.stdout.write(json.dumps(result, allow_nan=False) + "\n")
+"""
+
+
+def capture_dir(run_dir: Path) -> Path:
+    return Path(run_dir).resolve() / CAPTURE_DIR
+
+
+def attached_capture_dir(config: Any) -> str | None:
+    """Where an attached Gym captures model calls (from its resolved config); None when it does not."""
+    if not isinstance(config, Mapping) or config.get("observability_enabled") not in (True, "true", "True"):
+        return None
+    folder = config.get("model_call_capture_dir")
+    return str(folder) if isinstance(folder, str) and Path(folder).is_absolute() else None
+
+
+def environment_servers(endpoint: GymEndpoint) -> dict[str, EnvironmentServer]:
+    """agent -> the environment server its ``/run`` goes through (name and implementation, Gym's stamps)."""
+    by_url = {s.url + "/run": s for s in endpoint.servers if s.server_type == ENVIRONMENT_TYPE}
+    servers = {}
+    for agent, route in endpoint.run_routes.items():
+        server = by_url.get(route)
+        if server is not None:
+            servers[agent] = EnvironmentServer(server.process_name, server.name or None)
+    return servers
+
+
+def gym_python(gym_cli: str) -> Path | None:
+    """The interpreter of the venv Gym is installed in: beside its ``gym`` CLI."""
+    import shutil
+
+    found = shutil.which(gym_cli)
+    if found is None:
+        return None
+    for candidate in (Path(found).parent / "python", Path(found).resolve().parent / "python"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+class Finalizer:
+    """Gym's collector step for a run folder, run by one helper process in Gym's interpreter.
+
+    ``start`` launches the helper (it imports Gym meanwhile); ``finalize`` feeds it the run folder's
+    records and replaces ``rollouts.jsonl`` with the finalized records; ``close`` stops it. The helper
+    ends by itself when this process goes away (its stdin closes).
+    """
+
+    def __init__(self, python: Path, folder: Path, cwd: Path) -> None:
+        self.python = python
+        self.folder = folder
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [str(self.python), "-c", _HELPER, str(self.folder)],
+            cwd=self.cwd,  # Gym's imports may write into the working folder: the run folder's, not the user's
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+
+    def finalize(self, run_dir: Path, servers: Mapping[str, EnvironmentServer]) -> str:
+        """Finalize ``run_dir``'s rollouts in place; a one-line account of what was done."""
+        if self.proc is None:
+            self.start()
+        assert self.proc is not None
+        path = run_dir / ROLLOUTS_FILE
+        records = read_jsonl(path)
+        inputs = {(r.get(TASK_INDEX_KEY), r.get(ROLLOUT_INDEX_KEY)): r for r in read_jsonl(run_dir / MATERIALIZED_FILE)}
+        todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record]
+        lines = []
+        for n in todo:
+            record = records[n]
+            stamp(record, servers)
+            key = (record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY))
+            row = inputs.get(key) or {TASK_INDEX_KEY: key[0], ROLLOUT_INDEX_KEY: key[1]}
+            latency = record.get("_pytest_gym_latency_s")
+            latency_ms = round(latency * 1000, 3) if isinstance(latency, (int, float)) else None
+            lines.append(json.dumps({"n": n, "row": row, "result": record, "latency_ms": latency_ms}) + "\n")
+        started = time.monotonic()
+        try:
+            out, err = self.proc.communicate("".join(lines).encode(), timeout=_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise RuntimeError(f"Gym's trajectory step took more than {_TIMEOUT_S:g} s; raw records kept") from None
+        finally:
+            self.proc = None
+        answers = out.decode("utf-8", "replace").splitlines()
+        if answers[:1] == ["ready"]:
+            answers = answers[1:]
+        if len(answers) != len(todo):
+            detail = clean_text(err.decode("utf-8", "replace").strip()[-600:], 600)
+            raise RuntimeError(
+                f"Gym's trajectory step ({self.python}) returned {len(answers)} of {len(todo)} records; raw records "
+                f"kept: {detail or 'no error output'}"
+            )
+        for n, answer in zip(todo, answers, strict=True):
+            records[n] = json.loads(answer)
+        masker = Masker()
+        write_atomically(path, b"".join(encode_record(masker, record) for record in records))
+        return f"{len(todo)} records finalized in {time.monotonic() - started:.1f} s"
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            proc.kill()  # its own session: only the helper itself
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
+            proc.communicate(timeout=10)
+
+
+def stamp(record: dict[str, Any], servers: Mapping[str, EnvironmentServer]) -> None:
+    """Gym's environment server stamps on a record written without them."""
+    ref = record.get("agent_ref")
+    agent = ref.get("name") if isinstance(ref, dict) else None
+    server = servers.get(agent) if isinstance(agent, str) else None
+    if server is None:
+        return
+    record.setdefault("_ng_environment_server", server.name)
+    if server.type is not None:
+        record.setdefault("_ng_result_type", server.type)
