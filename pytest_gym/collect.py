@@ -24,7 +24,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
-from pytest_gym.suitefile import SuiteFileError, suite_settings
+from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
 from pytest_gym.xdist_hooks import SESSION_PLUGIN
 
 
@@ -254,5 +254,17 @@ class GymSuiteFile(GymDatasetFile):
         settings, suite = suite_settings(
             self.path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
         )
-        self.configure(settings, Path(suite.dataset))
+        session: Any = config.pluginmanager.get_plugin(SESSION_PLUGIN)
+        hydra = suite_hydra(self.path, suite)
+        if hydra and session is not None:
+            session.add_start(hydra=hydra, where=str(self.path))
+        if suite.benchmark:
+            data = suite.benchmark_data
+            if data and not Path(data).is_absolute():
+                data = str(self.path.parent / data)
+            dataset = session.benchmark_dataset(suite.benchmark, settings, data, str(self.path))
+            self.configure(settings, dataset)
+        else:
+            assert suite.dataset is not None
+            self.configure(settings, Path(suite.dataset))
         return super().collect()

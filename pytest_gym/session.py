@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import fnmatch
+import json
 import os
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,10 +30,10 @@ import pytest
 
 from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault
 from pytest_gym.core.endpoint import GymError
-from pytest_gym.core.masking import MAX_MESSAGE, clean_text
+from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
-from pytest_gym.core.settings import GymSettings, SettingError, resolve
+from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.gym.run import GymRun
@@ -75,6 +77,10 @@ T = TypeVar("T")
 SESSION_KEY = pytest.StashKey["GymSession"]()
 #: The HTML report in the run folder.
 REPORT_FILE = "report.html"
+#: When a run with --gym-run-timeout started (seconds since the epoch): xdist workers read the owner's.
+RUN_STARTED_FILE = "run_started"
+#: Gym's own aggregate metrics for each benchmark suite.
+BENCHMARK_METRICS_FILE = "gym_benchmark_metrics.json"
 #: --gym-rescore: the empty cassette Gym's model points at (a replay server that refuses every call).
 NO_MODEL_CASSETTE = "rescore_no_model.jsonl"
 #: Run-folder files handed to exporters (the ones that exist).
@@ -86,6 +92,8 @@ ARTIFACTS = (
     SUMMARY_FILE,
     REPORT_FILE,
     "gym_env.log",
+    "gym_prepare.log",
+    BENCHMARK_METRICS_FILE,
     "policy.log",
 )
 
@@ -154,6 +162,20 @@ class GymSession:
         self.early_aggregate = False
         self._finished = False
         self._sigterm_installed = False
+        #: What the run's ``gym env start`` gets from suite files: benchmarks, and Hydra items (key -> item, where).
+        self._start_benchmarks: list[str] = []
+        self._start_hydra: dict[str, tuple[str, str]] = {}
+        #: Benchmark suites: data path -> (suite name, settings) for --gym-benchmark; suite -> (benchmark, agent).
+        self._benchmark_files: dict[str, tuple[str, GymSettings]] = {}
+        self.benchmark_suites: dict[str, tuple[str, str | None]] = {}
+        self._deadline: float | None = None
+        self.gym_metric_lines: list[str] = []
+        for item in settings.env:
+            key, _, value = item.partition("=")
+            if secret_name(key):
+                add_secret(value)
+        for name in settings.secret_env:
+            add_secret(os.environ.get(name, ""))
         if owner:
             judged = settings.model_copy(update={"baseline": None, "update_baseline": False})
             self.results = SuiteResults(
@@ -213,6 +235,9 @@ class GymSession:
         if settings.merge:
             settings, merged = cls._merge_sources(config, settings)
         session = cls(config, settings, run_dir, owner, shard, merged)
+        if owner and settings.run_timeout is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / RUN_STARTED_FILE).write_text(repr(time.time()), encoding="utf-8")
         config.stash[SESSION_KEY] = session
         config.pluginmanager.register(session, SESSION_PLUGIN)
         session._install_sigterm()
@@ -307,6 +332,11 @@ class GymSession:
             raise pytest.UsageError(f"pytest-gym: --gym-resume {settings.resume} is not a run folder")
         if settings.update_baseline and not settings.baseline:
             raise pytest.UsageError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
+        if settings.benchmark_data and len(settings.benchmark) != 1:
+            raise pytest.UsageError(
+                "pytest-gym: --gym-benchmark-data PATH is the data of one --gym-benchmark NAME; for several "
+                "benchmarks write one suite file each (benchmark: NAME, benchmark_data: PATH)"
+            )
         if settings.merge and settings.shard:
             raise pytest.UsageError("pytest-gym: --gym-merge judges all shards together; drop --gym-shard from it")
         if settings.merge and settings.resume:
@@ -387,9 +417,75 @@ class GymSession:
             signal.signal(signal.SIGTERM, _terminate)
             self._sigterm_installed = True
 
+    # -- benchmarks, and what suite files add to the run's `gym env start` ----------------------------
+
+    def benchmark_dataset(self, name: str, settings: GymSettings, data: str | None, where: str) -> Path:
+        """A benchmark suite's prepared data (prepared now if needed); its servers join the run's Gym."""
+        from pytest_gym.gym.benchmarks import benchmark_suite
+
+        try:
+            bench = benchmark_suite(name, settings, self.run_dir, data)
+        except GymError as exc:
+            raise pytest.UsageError(clean_text(f"pytest-gym: {where}: {exc}", MAX_MESSAGE)) from None
+        if name not in self._start_benchmarks and name not in self.settings.benchmark:
+            self._start_benchmarks.append(name)
+        return bench.data
+
+    def add_start(self, hydra: Sequence[str], where: str) -> None:
+        """Hydra items of a suite file for the run's one ``gym env start``; two files must not disagree."""
+        for item in hydra:
+            key = item.partition("=")[0]
+            known = self._start_hydra.get(key)
+            if known is not None and known[0] != item:
+                raise pytest.UsageError(
+                    f"pytest-gym: {where} sets Gym parameter {key} differently from {known[1]}: the suites of a run "
+                    "share one Gym; run them separately or agree on the value"
+                )
+            self._start_hydra[key] = (item, where)
+
+    def start_settings(self) -> GymSettings:
+        """The run's settings plus what the suite files add to ``gym env start``."""
+        if not self._start_benchmarks and not self._start_hydra:
+            return self.settings
+        return self.settings.model_copy(
+            update={
+                "benchmark": (*self.settings.benchmark, *self._start_benchmarks),
+                "hydra": (*self.settings.hydra, *(item for item, _ in self._start_hydra.values())),
+            }
+        )
+
+    def _add_benchmark_args(self) -> None:
+        """``--gym-benchmark NAME``: its prepared data is collected as the suite ``NAME``."""
+        from pytest_gym.suitefile import SuiteFileError, benchmark_overrides
+
+        config = self.config
+        for name in self.settings.benchmark:
+            try:
+                overrides = benchmark_overrides(
+                    name, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+                )
+                settings = resolve(
+                    config.getoption,
+                    config.getini,
+                    cli_base=config.invocation_params.dir,
+                    ini_base=config.rootpath,
+                    overrides=overrides,
+                )
+            except (SuiteFileError, SettingError) as exc:
+                raise pytest.UsageError(f"pytest-gym: --gym-benchmark {name}: {exc}") from None
+            data = self.benchmark_dataset(name, settings, self.settings.benchmark_data, f"--gym-benchmark {name}")
+            self._benchmark_files[str(data)] = (name, settings)
+            self.benchmark_suites[name] = (name, settings.agent)
+            if str(data) not in config.args:
+                config.args.append(str(data))
+
     def add_dataset_args(self) -> None:
         """Make sure every dataset is collected; alone, when the command line named datasets but no paths."""
         config = self.config
+        self._add_benchmark_args()
+        if self._benchmark_files and config.args_source != pytest.Config.ArgsSource.ARGS:
+            # Named on the command line, no paths: run the benchmarks (and --gym-dataset's datasets) alone.
+            config.args[:] = [*self._benchmark_files, *self.settings.dataset]
         datasets = list(self.settings.dataset)
         if not datasets:
             return
@@ -401,7 +497,7 @@ class GymSession:
                 )
         from_cli = bool(config.getoption("gym_dataset")) or self.merged is not None  # a merge judges only them
         if from_cli and config.args_source != pytest.Config.ArgsSource.ARGS:
-            config.args[:] = datasets
+            config.args[:] = [*self._benchmark_files, *datasets]
             return
         known = {str(Path(arg).resolve()) for arg in config.args}
         norecurse = config.getini("norecursedirs")
@@ -418,6 +514,8 @@ class GymSession:
         """How the owner finds a suite's settings and gates (it may not have collected: xdist)."""
         config = self.config
         path = config.rootpath / suite
+        for bench_settings in (s for name, s in self._benchmark_files.values() if name == suite):
+            return bench_settings, self._gates(bench_settings.gate, f"--gym-benchmark {suite}")
         if not is_suite_file(path):
             return self.settings, self.gates
         settings, _ = suite_settings(
@@ -431,6 +529,10 @@ class GymSession:
         if is_suite_file(file_path):
             suite: GymSuiteFile = GymSuiteFile.from_parent(parent, path=file_path)
             return suite
+        if str(file_path) in self._benchmark_files:
+            name, settings = self._benchmark_files[str(file_path)]
+            bench: GymDatasetFile = GymDatasetFile.from_parent(parent, path=file_path, settings=settings, nodeid=name)
+            return bench
         if str(file_path) not in self.settings.dataset:
             return None
         collector: GymDatasetFile = GymDatasetFile.from_parent(parent, path=file_path, settings=self.settings)
@@ -524,6 +626,8 @@ class GymSession:
         """The deployment, acquired once per process; dispatching of the planned trials starts with it."""
         state = self._trial_state(session)
         planned = self.plan(session)
+        if self.run.server is None:
+            self.run.settings = self.start_settings()
         try:
             return self.run.open(planned, worker_queue(session, planned), skip=state.reused)
         except GymError as exc:
@@ -543,6 +647,7 @@ class GymSession:
         elif outcome is not None and record is not None:
             self.run.open_writer().append_rollout(record)
         else:
+            self._check_run_timeout(item)
             self.open_gym(item.session)
             if state.budget.exceeded(state.errors.count(), state.total):
                 self.run.stop_dispatch()
@@ -553,10 +658,18 @@ class GymSession:
                     pytrace=False,
                 )
             assert self.run.dispatcher is not None
+            deadline = self._run_deadline()
             try:
-                outcome = self.run.dispatcher.result(spec)
-            except concurrent.futures.CancelledError:
+                remaining = None if deadline is None else max(0.0, deadline - time.time())
+                found: TrialOutcome | None = self.run.dispatcher.result(spec, remaining)
+            except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
+                found = None
+            if found is None:  # failed outside the except block: no chained traceback in the report
+                self._check_run_timeout(item)
                 pytest.fail("cancelled: the run was stopped before this rollout started", pytrace=False)
+            outcome = found
+            if not outcome.ok:
+                self._check_run_timeout(item)
         item.user_properties.extend(outcome.to_properties())
         if not outcome.ok:
             state.errors.add()
@@ -564,6 +677,36 @@ class GymSession:
                 outcome.error = f"{outcome.error}{self._replay_miss(outcome, spec)}"
             raise_fault(outcome)
         return outcome
+
+    def _run_deadline(self) -> float | None:
+        """When --gym-run-timeout ends the run (epoch seconds), from the owner's start; None without it."""
+        timeout = self.settings.run_timeout
+        if timeout is None:
+            return None
+        if self._deadline is None:
+            try:
+                started = float((self.run_dir / RUN_STARTED_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                started = time.time()
+            self._deadline = started + timeout
+        return self._deadline
+
+    def _check_run_timeout(self, item: GymTrial) -> None:
+        """Past the run's deadline: start nothing more, cancel what runs, and error this trial saying why.
+
+        The trial counts as an infrastructure fault of its suite (``error_class`` run_timeout)."""
+        deadline = self._run_deadline()
+        if deadline is None or time.time() < deadline:
+            return
+        self.run.stop_dispatch()
+        message = (
+            f"not finished: the run timeout (--gym-run-timeout {self.settings.run_timeout:g} s) was hit before this "
+            "trial's rollout finished; raise the timeout, run fewer trials (-k, --gym-repeats) or more at once "
+            "(--gym-concurrency)"
+        )
+        fault = TrialOutcome.for_spec(item.spec, error_class="run_timeout", error=message)
+        item.user_properties.extend(fault.to_properties())
+        pytest.fail(message, pytrace=False)
 
     def _replay_miss(self, outcome: TrialOutcome, spec: TrialSpec) -> str:
         """Why a replayed trial had no recording (Gym reports only that its model call failed)."""
@@ -695,10 +838,11 @@ class GymSession:
         results = self.results
         if results is None or not results.trials:
             return
+        entries = None
         if self.merged is not None:
             self._step("writing the merged run folder", self._write_merged, results)
         else:
-            self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
+            entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
         self._collect_run_notes()
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
@@ -723,6 +867,7 @@ class GymSession:
             "writing the summary",
             lambda: write_summary(self.run.run_dir, suites, self.settings.summary, notes=self.notes, **extra),
         )
+        self._step("Gym's benchmark metrics", self._benchmark_metrics, verdicts, entries or [])
         self._write_html()
         failed = False
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
@@ -743,6 +888,43 @@ class GymSession:
                 failed = failed or report.failed
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _benchmark_of(self, suite: str) -> tuple[str, str | None] | None:
+        """(benchmark, agent) of a benchmark suite: --gym-benchmark's, or a suite file's ``benchmark:``."""
+        if suite in self.benchmark_suites:
+            return self.benchmark_suites[suite]
+        path = self.config.rootpath / suite
+        if not is_suite_file(path):
+            return None
+        from pytest_gym.suitefile import load_suite_file
+
+        suite_file = load_suite_file(path)
+        if not suite_file.benchmark:
+            return None
+        return suite_file.benchmark, self._suite_settings(suite)[0].agent
+
+    def _benchmark_metrics(self, verdicts: list[SuiteVerdict], entries: list[dict[str, Any]]) -> None:
+        """Gym's own aggregate metrics of each benchmark suite (its agent's): terminal lines and a run-folder file."""
+        found: dict[str, Any] = {}
+        for verdict in verdicts:
+            bench = self._benchmark_of(verdict.suite)
+            if bench is None:
+                continue
+            name, agent = bench
+            entry = next((e for e in entries if (e.get("agent_ref") or {}).get("name") == agent), None)
+            if entry is None and len(entries) == 1:
+                entry = entries[0]
+            key_metrics = dict(entry.get("key_metrics") or {}) if entry else {}
+            found[verdict.suite] = {"benchmark": name, "agent": agent, "key_metrics": key_metrics}
+            shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in key_metrics.items())
+            self.gym_metric_lines.append(
+                f"{verdict.suite}: Gym's metrics for benchmark {name} ({agent}): {shown or 'none (see the notes)'}"
+            )
+        if found:
+            from pytest_gym.core.atomic import write_atomically
+
+            text = json.dumps(found, indent=2, default=str)
+            write_atomically(self.run_dir / BENCHMARK_METRICS_FILE, text.encode(), fsync=False)
 
     def _defer(self, verdicts: list[SuiteVerdict]) -> dict[str, tuple[list[str], bool]]:
         """In a shard: take the gates out of the verdicts (judged at the merge); per suite, their labels and
@@ -839,6 +1021,7 @@ class GymSession:
             self.exports,
             self.settings.baseline,
             deferred=(self.deferred, self.deferred_gates) if self.deferred else None,
+            extra=self.gym_metric_lines,
         )
         return result
 

@@ -26,7 +26,12 @@ class SuiteFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset: str = Field(min_length=1)
+    dataset: str | None = Field(None, min_length=1)
+    #: A Gym benchmark: its servers are started with the run's, its prepared data is the dataset.
+    benchmark: str | None = Field(None, min_length=1)
+    benchmark_data: str | None = Field(None, min_length=1)
+    #: Nested Gym (Hydra) parameters for the run's ``gym env start``: flattened to ``++a.b.c=value``.
+    hydra: dict[str, Any] = Field(default_factory=dict)
     agent: str | None = None
     repeats: int | None = Field(None, ge=1)
     min_reward: float | None = None
@@ -50,13 +55,61 @@ def load_suite_file(path: Path) -> SuiteFile:
     if not isinstance(raw, dict):
         raise SuiteFileError(f"{path}: a suite file is a mapping of settings, such as 'dataset: data/x.jsonl'")
     try:
-        return SuiteFile.model_validate(raw)
+        suite = SuiteFile.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"key {'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
         )
         known = ", ".join(SuiteFile.model_fields)
         raise SuiteFileError(f"{path}: {problems} (keys a suite file may hold: {known})") from None
+    if (suite.dataset is None) == (suite.benchmark is None):
+        raise SuiteFileError(f"{path}: a suite file names exactly one of 'dataset: PATH' and 'benchmark: NAME'")
+    return suite
+
+
+def suite_hydra(path: Path, suite: SuiteFile) -> tuple[str, ...]:
+    """The suite file's ``hydra:`` mapping as ``DOTTED.KEY=VALUE`` items (values in Hydra's syntax)."""
+    from pytest_gym.core.endpoint import GymError
+    from pytest_gym.core.settings import set_credentials
+    from pytest_gym.gym.deployment import flatten_hydra
+
+    try:
+        items = tuple(flatten_hydra(suite.hydra))
+    except GymError as exc:
+        raise SuiteFileError(f"{path}: key hydra: {exc}") from None
+    for item in items:
+        problem = set_credentials(item)
+        if problem:
+            raise SuiteFileError(
+                f"{path}: key hydra holds a credential ({problem}); export it as NAME, pass --gym-secret-env NAME "
+                "and write '${oc.env:NAME}' as its value instead"
+            )
+    return items
+
+
+def benchmark_overrides(
+    name: str,
+    getoption: Callable[[str], Any],
+    getini: Callable[[str], Any],
+    cli_base: Path,
+    ini_base: Path,
+    overrides: dict[str, tuple[Any, str, Path]] | None = None,
+) -> dict[str, tuple[Any, str, Path]]:
+    """A benchmark's suite settings (below the command line): its agent, and its config's ``num_repeats``."""
+    from pytest_gym.core.endpoint import GymError
+    from pytest_gym.gym.benchmarks import find_benchmark
+
+    try:
+        bench = find_benchmark(name, resolve(getoption, getini, cli_base=cli_base, ini_base=ini_base))
+    except GymError as exc:
+        raise SuiteFileError(str(exc)) from None
+    where = f"benchmark {name} (config.yaml)"
+    found: dict[str, tuple[Any, str, Path]] = {}
+    if bench.num_repeats and "repeats" not in (overrides or {}):
+        found["repeats"] = (bench.num_repeats, where, cli_base)
+    if bench.agent and "agent" not in (overrides or {}):
+        found["agent"] = (bench.agent, where, cli_base)
+    return found
 
 
 def suite_settings(
@@ -85,6 +138,8 @@ def suite_settings(
             overrides[name] = (value, f"{where} (key {key})", base)
     if suite.gates:
         overrides["gate"] = (suite.gates, f"{where} (key gates)", base)
+    if suite.benchmark:
+        overrides.update(benchmark_overrides(suite.benchmark, getoption, getini, cli_base, ini_base, overrides))
     try:
         settings = resolve(getoption, getini, cli_base=cli_base, ini_base=ini_base, overrides=overrides)
     except Exception as exc:  # a UsageError from resolve: same message, but about this file
@@ -94,6 +149,9 @@ def suite_settings(
             parse_gate(text)
         except GateSyntaxError as exc:
             raise SuiteFileError(f"{path}: bad gate from suite file {path} (key gates): {exc}") from None
+    if suite.benchmark:
+        return settings, suite
+    assert suite.dataset is not None
     dataset = Path(suite.dataset)
     if not dataset.is_absolute():
         dataset = base / dataset

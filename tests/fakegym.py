@@ -4,7 +4,9 @@ It records its argv, working folder and (as a digest) the policy key it received
 with one agent on ``++head_server.port``, spawns a child in its process group and records both pids.
 On SIGINT it takes ``FAKE_GYM_STOP_S`` seconds to stop, like Gym's slow shutdown; with
 ``FAKE_GYM_ORPHAN=1`` its child ignores SIGINT and is left behind, so only a signal to the whole group
-stops it. With ``FAKE_GYM_FAIL=1`` it prints a pydantic error, 70 lines of noise and exits 1.
+stops it. ``FAKE_GYM_RUN_S`` makes each ``/run`` take that long; ``FAKE_GYM_ENV_NAMES`` (comma-separated)
+records digests of those variables, ``FAKE_GYM_ECHO`` prints their values to the log. With ``FAKE_GYM_FAIL=1``
+it prints a pydantic error, 70 lines of noise and exits 1.
 Every process of a test run carries ``PYTEST_GYM_TEST_MARK`` in its environment: ``marked`` finds them.
 """
 
@@ -33,10 +35,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 record = os.environ["FAKE_GYM_RECORD"]
 os.makedirs(record, exist_ok=True)
 key = os.environ.get("GYM_POLICY_API_KEY")
+env_digests = {name: hashlib.sha256(os.environ[name].encode()).hexdigest() if name in os.environ else None
+               for name in os.environ.get("FAKE_GYM_ENV_NAMES", "").split(",") if name}
 with open(os.path.join(record, "argv.json"), "w") as fh:
-    json.dump({"argv": sys.argv, "cwd": os.getcwd(),
+    json.dump({"argv": sys.argv, "cwd": os.getcwd(), "env_sha256": env_digests,
                "key_sha256": hashlib.sha256(key.encode()).hexdigest() if key else None}, fh)
 print("fake gym: starting", flush=True)
+for name in os.environ.get("FAKE_GYM_ECHO", "").split(","):
+    if name:
+        print(f"fake gym: {name} is {os.environ.get(name)}", flush=True)  # a Gym that echoes a secret
 if os.environ.get("FAKE_GYM_FAIL"):
     print("Traceback (most recent call last):")
     print('  File "nemo_gym/global_config.py", line 1, in parse')
@@ -82,6 +89,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self.path.endswith("/aggregate_metrics"):
+            time.sleep(float(os.environ.get("FAKE_GYM_RUN_S", "0")))  # a slow rollout
         if self.path.endswith("/aggregate_metrics"):
             self.send({"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": []})
         else:

@@ -76,6 +76,18 @@ def _wait_ready(pytester: pytest.Pytester, proc: subprocess.Popen[bytes], timeou
     raise AssertionError("the hold test did not start within {timeout} s")
 
 
+def _wait_for_line(log: Path, line: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Poll ``log`` until it holds ``line`` (bounded; fails at once if pytest ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.is_file() and line in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"pytest ended before {log.name} said {line!r}")
+        time.sleep(0.02)
+    raise AssertionError(f"{log.name} did not say {line!r} within {timeout} s")
+
+
 def _run_and_kill(
     pytester: pytest.Pytester, kill: str, *args: str, extra_env: dict[str, str] | None = None
 ) -> tuple[dict[int, str], float, str]:
@@ -139,7 +151,9 @@ def test_a_second_signal_does_not_cut_the_stop_short(pytester: pytest.Pytester) 
     try:
         _wait_ready(pytester, proc)
         os.killpg(proc.pid, signal.SIGINT)
-        time.sleep(0.8)  # Gym is stopping (it takes STOP_S, then the grace for its child)
+        # The SIGTERM must land while Gym is stopping (from its SIGINT: STOP_S, then GRACE_S for its child):
+        # wait until Gym got its SIGINT, not a fixed time that a loaded machine overruns or undercuts.
+        _wait_for_line(pytester.path / "run" / "gym_env.log", "fake gym: SIGINT, stopping slowly", proc)
         os.killpg(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
         alive, _ = wait_gone(token, 5.0)

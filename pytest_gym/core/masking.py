@@ -83,9 +83,20 @@ def register_secret_env(name: str) -> None:
     _SECRET_ENV.add(name)
 
 
+#: Secret values besides the secret-named environment variables: ``--gym-secret-env NAME``'s value and
+#: ``--gym-env KEY=VALUE``'s of a secret-looking KEY (every process registers them from its settings).
+_EXTRA_SECRETS: set[str] = set()
+
+
+def add_secret(value: str) -> None:
+    """Mask ``value`` from now on in everything this process writes or prints."""
+    if len(value) >= _MIN_SECRET:
+        _EXTRA_SECRETS.add(value)
+
+
 def known_secrets() -> list[str]:
     """Values that must never appear: the policy key and other secret-named env vars, longest first."""
-    values = []
+    values = list(_EXTRA_SECRETS)
     for name, value in os.environ.items():
         if (name == POLICY_KEY_ENV or name in _SECRET_ENV or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET:
             values.append(value)

@@ -245,6 +245,63 @@ SPECS: tuple[Spec, ...] = (
     ),
 )
 
+# -- Gym fidelity: the gym process's environment, Hydra parameters, run timeout, benchmarks ----------
+SPECS += (
+    Spec(
+        "env",
+        "environment variable KEY=VALUE for the gym processes; values of secret-looking keys are masked "
+        "everywhere; repeatable",
+        "list",
+        "KEY=VALUE",
+    ),
+    Spec(
+        "secret_env",
+        "environment variable passed through to Gym by name (it must be set); its value is masked everywhere "
+        "and never written (Gym reads it with ${oc.env:NAME}); repeatable",
+        "list",
+        "NAME",
+    ),
+    Spec(
+        "bind_resources_server",
+        "bind a composable agent that leaves resources_server.name unset (e.g. simple_agent.yaml) to the "
+        "config's only resources server ('auto', the default), to NAME, or not at all ('off')",
+        metavar="auto|off|NAME",
+    ),
+    Spec(
+        "hydra",
+        "Gym setting DOTTED.KEY=VALUE (VALUE read as YAML), passed as ++DOTTED.KEY=VALUE quoted for Hydra; "
+        "suite files: a nested 'hydra:' mapping; repeatable",
+        "list",
+        "KEY=VALUE",
+    ),
+    Spec(
+        "run_timeout",
+        "seconds the whole collection may take; trials not finished by then error ('run timeout'), Gym is stopped",
+        "float",
+        "S",
+    ),
+    Spec(
+        "benchmark",
+        "Gym benchmark to run as a suite named after it (`gym env start --benchmark`, data from "
+        "`gym eval prepare`); repeatable",
+        "list",
+        "NAME",
+    ),
+    Spec(
+        "search_dir",
+        "extra root where Gym looks for benchmarks/NAME and configs (`--search-dir`); repeatable",
+        "list",
+        "DIR",
+        is_path=True,
+    ),
+    Spec(
+        "benchmark_data",
+        "the prepared jsonl of --gym-benchmark (one benchmark), when `gym eval prepare` cannot run here (offline)",
+        metavar="PATH",
+        is_path=True,
+    ),
+)
+
 SPEC_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}
 
 

@@ -74,6 +74,15 @@ class GymSettings(BaseModel):
     price_out: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     keyword_field: tuple[str, ...] = ()
     marker_field: str | None = Field(None, min_length=1)
+    # -- Gym fidelity: the gym process's environment, Hydra parameters, run timeout, benchmarks
+    env: tuple[str, ...] = Field((), description="KEY=VALUE")
+    secret_env: tuple[str, ...] = ()
+    bind_resources_server: str = Field("auto", min_length=1)
+    hydra: tuple[str, ...] = Field((), description="DOTTED.KEY=VALUE")
+    run_timeout: float | None = Field(None, gt=0)
+    benchmark: tuple[str, ...] = ()
+    search_dir: tuple[str, ...] = ()
+    benchmark_data: str | None = None
     # -- sharding across CI jobs (issue 15) --
     shard: str | None = Field(None, pattern=r"^\s*(\d+\s*/\s*\d+|auto)\s*$")
     shard_verdicts: bool = False
@@ -99,6 +108,34 @@ class GymSettings(BaseModel):
             raise ValueError(f"holds a credential ({problem}); {HOW_TO_PASS_KEYS}")
         return value
 
+    @field_validator("env")
+    @classmethod
+    def _env_items(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if not _ENV_NAME.fullmatch(item.partition("=")[0]) or "=" not in item:
+                raise ValueError(f"expects KEY=VALUE with KEY an environment variable name, got {item.split('=')[0]!r}")
+        return value
+
+    @field_validator("secret_env")
+    @classmethod
+    def _env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
+
+    @field_validator("hydra")
+    @classmethod
+    def _hydra_items(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            key = item.partition("=")[0]
+            if "=" not in item or not _HYDRA_KEY.fullmatch(key):
+                raise ValueError(f"expects DOTTED.KEY=VALUE (key of letters, digits, _ - and dots), got {key!r}")
+            problem = set_credentials(item)
+            if problem:
+                raise ValueError(f"holds a credential ({problem}); {HOW_TO_PASS_KEYS}")
+        return value
+
     @field_validator("set")
     @classmethod
     def _no_credentials_in_set(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -120,7 +157,10 @@ _SECRET_WORDS = frozenset(
      "apikey", "sig", "signature"}
 )  # fmt: skip
 _KEY_PREFIXES = frozenset({"api", "access", "secret", "private", "auth", "client"})
-_ENV_REFERENCE = re.compile(r"\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HYDRA_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z0-9_\-]+)*")
+#: ``${oc.env:NAME}``: Gym reads the value from its environment (how secrets reach Gym without being written).
+ENV_REFERENCE = re.compile(r"\$\{oc\.env:[A-Za-z_][A-Za-z0-9_]*\}")
 
 
 def secret_name(name: str) -> bool:
@@ -154,7 +194,7 @@ def set_credentials(item: str) -> str | None:
     """What makes a ``--gym-set KEY=VALUE`` carry a credential; None when nothing does."""
     key, _, value = item.partition("=")
     key = key.lstrip("+~")
-    if _ENV_REFERENCE.fullmatch(value.strip().strip("'\"")):
+    if ENV_REFERENCE.fullmatch(value.strip().strip("'\"")):
         return None  # Gym reads it from the environment: nothing secret on the command line
     if secret_name(key):
         return f"setting {key!r}"
@@ -240,7 +280,7 @@ def resolve(
 def _credentials(name: str, raw: Any) -> str | None:
     if name == "model_url" and isinstance(raw, str):
         return url_credentials(raw)
-    if name == "set":
+    if name in ("set", "hydra"):
         return next((p for p in (set_credentials(str(item)) for item in raw) if p), None)
     if name == "header":
         return next((p for p in (header_problem(str(item)) for item in raw) if p), None)

@@ -29,8 +29,8 @@ from typing import Any, Literal
 from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
-from pytest_gym.core.masking import POLICY_KEY_ENV, clean_text, strip_control
-from pytest_gym.core.settings import GymSettings
+from pytest_gym.core.masking import POLICY_KEY_ENV, clean_text, mask_secrets, strip_control
+from pytest_gym.core.settings import ENV_REFERENCE, GymSettings
 from pytest_gym.gym.processes import (
     Supervised,
     first_error,
@@ -262,7 +262,154 @@ def gym_command(
         # Before --gym-set, so a user's own setting wins; an absolute folder, as Gym requires.
         args += ["++observability_enabled=true", f"++model_call_capture_dir={hydra_quote(str(capture_dir(run_dir)))}"]
     args += [_hydra_override(item) for item in settings.set]
+    args += fidelity_args(settings, gym_cli, run_dir)
     return args
+
+
+# -- Gym fidelity: search dirs, benchmarks, Hydra parameters, binding a composable agent ------------------
+
+
+def hydra_value(value: Any) -> str:
+    """A YAML value as a Hydra override value Gym reads back as the same value (strings quoted as needed).
+
+    A string that is exactly ``${oc.env:NAME}`` stays an interpolation, so Gym reads NAME from its environment
+    (the way to give a secret, with --gym-secret-env NAME); any other ``${`` is kept literally."""
+    if isinstance(value, str) and ENV_REFERENCE.fullmatch(value):
+        return value
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{hydra_key(str(k))}:{hydra_value(v)}" for k, v in value.items()) + "}"
+    return hydra_quote(str(value))
+
+
+def hydra_key(key: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_\-]*", key):
+        raise GymError(f"Hydra parameter key {key!r}: use letters, digits, '_' and '-' only")
+    return key
+
+
+def flatten_hydra(mapping: dict[str, Any], prefix: str = "") -> list[str]:
+    """A nested ``hydra:`` mapping as ``DOTTED.KEY=VALUE`` items (VALUE as JSON, which YAML reads back)."""
+    items: list[str] = []
+    for key, value in mapping.items():
+        dotted = f"{prefix}{hydra_key(str(key))}"
+        if isinstance(value, dict) and value:
+            items += flatten_hydra(value, dotted + ".")
+        else:
+            items.append(f"{dotted}={json.dumps(value)}")
+    return items
+
+
+def hydra_item(item: str) -> str:
+    """``--gym-hydra KEY=VALUE`` as Gym's override: VALUE read as YAML (``5``, ``true``, ``[a, b]``, ``"x, y"``),
+    then written in Hydra's syntax so Gym reads back that very value (a string stays a string)."""
+    import yaml
+
+    key, _, text = item.partition("=")
+    try:
+        value = yaml.safe_load(text) if text.strip() else text
+    except yaml.YAMLError:
+        value = text
+    if isinstance(value, (str, int, float, bool, list, dict)) or value is None:
+        return f"++{key}={hydra_value(value)}"
+    return f"++{key}={hydra_quote(text)}"  # a YAML date or the like: the text as written
+
+
+def fidelity_args(settings: GymSettings, gym_cli: str, run_dir: Path) -> list[str]:
+    args: list[str] = []
+    for folder in settings.search_dir:
+        args += ["--search-dir", folder]
+    for name in settings.benchmark:
+        args += ["--benchmark", name]
+    args += [hydra_item(item) for item in settings.hydra]
+    bind = bind_override(settings, gym_cli, run_dir)
+    if bind:
+        args.append(bind)
+    return args
+
+
+def gym_roots(settings: GymSettings, gym_cli: str, cwd: Path) -> list[Path]:
+    """Where Gym looks for a relative config: ``--search-dir`` and ``NEMO_GYM_EXTRA_ROOTS``, its cwd, its install."""
+    roots = [Path(d) for d in settings.search_dir]
+    roots += [Path(d) for d in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if d]
+    roots.append(cwd)
+    venv = Path(gym_cli).resolve().parent.parent
+    roots += sorted(venv.glob("lib/python3*/site-packages"))
+    return roots
+
+
+def _load_config_chain(path: str, roots: list[Path], merged: dict[str, Any], depth: int = 0) -> None:
+    """Merge a Gym config file and its ``config_paths`` (as Gym would, roughly) into ``merged``."""
+    import yaml
+
+    found = Path(path) if Path(path).is_absolute() else next((r / path for r in roots if (r / path).is_file()), None)
+    if found is None or depth > 10 or not found.is_file():
+        return
+    try:
+        data = yaml.safe_load(found.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return
+    if not isinstance(data, dict):
+        return
+    for child in data.get("config_paths") or []:
+        _load_config_chain(str(child), roots, merged, depth + 1)
+    _deep_merge(merged, data)
+
+
+def _deep_merge(into: dict[str, Any], data: dict[str, Any]) -> None:
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _deep_merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def bind_override(settings: GymSettings, gym_cli: str, run_dir: Path) -> str | None:
+    """The override that binds a composable agent (``resources_server.name: ???``) to a resources server.
+
+    Gym 0.7.0 itself rehosts such an agent onto the config's other agents; with no other agent it stops
+    ("leaves its 'resources_server' unset, but the merged config defines no other agent instance"). Then
+    (``auto``) the config's only resources server is bound, or the one ``--gym-bind-resources-server`` names.
+    """
+    mode = settings.bind_resources_server
+    if mode == "off":
+        return None
+    roots = gym_roots(settings, gym_cli, run_dir)
+    merged: dict[str, Any] = {}
+    for config in settings.config:
+        _load_config_chain(config, roots, merged)
+    for name in settings.benchmark:
+        _load_config_chain(f"benchmarks/{name}/config.yaml", roots, merged)
+    unbound: list[tuple[str, str]] = []
+    bound = 0
+    resources: list[str] = []
+    for instance, body in merged.items():
+        if not isinstance(body, dict):
+            continue
+        if isinstance(body.get("resources_servers"), dict):
+            resources.append(str(instance))
+        agents = body.get("responses_api_agents")
+        for agent_type, agent in agents.items() if isinstance(agents, dict) else []:
+            ref = agent.get("resources_server") if isinstance(agent, dict) else None
+            if isinstance(ref, dict) and "name" in ref:
+                if ref.get("name") in (None, "???"):
+                    unbound.append((str(instance), str(agent_type)))
+                else:
+                    bound += 1
+    if len(unbound) != 1:
+        return None
+    target = mode if mode != "auto" else (resources[0] if len(resources) == 1 and not bound else None)
+    if target is None:
+        return None
+    instance, agent_type = unbound[0]
+    return f"++{instance}.responses_api_agents.{agent_type}.resources_server.name={hydra_quote(target)}"
 
 
 ENV_YAML = f"policy_api_key: ${{oc.env:{POLICY_KEY_ENV},pytest-gym-no-key}}\n"
@@ -369,12 +516,33 @@ def start_model_recorder(settings: GymSettings, run_dir: Path, owner_pid: int | 
     )
 
 
-def _gym_env() -> dict[str, str]:
-    """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log."""
+def gym_environment(settings: GymSettings | None = None) -> dict[str, str]:
+    """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log.
+
+    Plus ``--gym-env KEY=VALUE``; each ``--gym-secret-env NAME`` must be set here (it is passed by name).
+    """
     env = dict(os.environ)
     if not env.get("COLUMNS", "").isdigit() or int(env["COLUMNS"]) < 200:
         env["COLUMNS"] = "200"
+    if settings is not None:
+        missing = [name for name in settings.secret_env if name not in env]
+        if missing:
+            raise GymError(
+                f"--gym-secret-env {', '.join(missing)}: not set in pytest's environment; export it before "
+                "running pytest (its value is passed to Gym by name and never written)"
+            )
+        for item in settings.env:
+            key, _, value = item.partition("=")
+            env[key] = value
     return env
+
+
+def env_note(settings: GymSettings) -> str | None:
+    """What the log says about Gym's environment: names, and values masked where they look secret."""
+    if not settings.env and not settings.secret_env:
+        return None
+    parts = [mask_secrets(item) for item in settings.env] + [f"{name}=(passed through)" for name in settings.secret_env]
+    return "pytest-gym: environment: " + " ".join(parts)
 
 
 def _start_log(log_path: Path) -> str:
@@ -427,7 +595,7 @@ def start_deployment(
     gym: Supervised | None = None
     try:
         gym_cli = find_gym_cli(settings.cli)
-        if not settings.config and not settings.resources_server:
+        if not settings.config and not settings.resources_server and not settings.benchmark:
             raise GymError(
                 "nothing to start: pass --gym-resources-server NAME or --gym-config PATH, "
                 "or attach to a running Gym with --gym-url"
@@ -450,11 +618,15 @@ def start_deployment(
         (run_dir / "env.yaml").write_text(ENV_YAML, encoding="utf-8")
         log_path = run_dir / GYM_LOG
         command = gym_command(settings, gym_cli, policy_url, head_port, run_dir)
+        gym_env = gym_environment(settings)
         with log_path.open("a", encoding="utf-8") as log:
             log.write("pytest-gym: " + shlex.join(command) + "\n")
+            note = env_note(settings)
+            if note:
+                log.write(note + "\n")
         try:
             gym = spawn_supervised(
-                "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=_gym_env()
+                "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=gym_env
             )
         except OSError as exc:
             raise GymError(f"Gym did not start: {exc}") from None

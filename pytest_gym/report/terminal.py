@@ -104,6 +104,7 @@ def write_section(
     exports: list[tuple[str, ExportResult]],
     baseline: str | None,
     deferred: tuple[str, dict[str, list[str]]] | None = None,
+    extra: list[str] | None = None,
 ) -> None:
     """The ``pytest-gym`` section: suites, gates (or why they wait), baseline, run folder, notes, exports.
 
@@ -114,7 +115,7 @@ def write_section(
     if (not verdicts and not notes) or terminalreporter.config.get_verbosity() < 0:
         return
     update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline and not deferred else None
-    lines = [*summary_lines(verdicts, update, deferred, baseline), f"run folder: {run_dir}"]
+    lines = [*summary_lines(verdicts, update, deferred, baseline), *(extra or []), f"run folder: {run_dir}"]
     lines += [f"note: {note}" for note in notes]
     for name, outcome in exports:
         where = f" [{outcome.location}]" if outcome.location else ""
