@@ -251,7 +251,10 @@ def summary(run_dir: Path) -> dict[str, Any]:
 
 
 def tasks_of(baseline: Path) -> dict[str, Any]:
-    return json.loads(baseline.read_text())["tasks"]
+    """The per-task results of the baseline file's one suite (schema version 2: suites by name)."""
+    (suite,) = json.loads(baseline.read_text())["suites"].values()
+    tasks: dict[str, Any] = suite["tasks"]
+    return tasks
 
 
 def count_lines(path: Path) -> int:

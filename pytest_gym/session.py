@@ -624,6 +624,8 @@ class GymSession:
 
     def open_gym(self, session: pytest.Session) -> GymServer:
         """The deployment, acquired once per process; dispatching of the planned trials starts with it."""
+        if self.run.server is not None:
+            return self.run.server  # the plan went to the dispatcher then; making it again per trial is O(trials^2)
         state = self._trial_state(session)
         planned = self.plan(session)
         if self.run.server is None:

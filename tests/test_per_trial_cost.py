@@ -1,0 +1,52 @@
+"""Work per trial stays constant as the suite grows: nothing that walks every item runs once per trial.
+
+Not a timing test (speed is the benchmarks' job): it counts how often the whole plan is walked. Before the
+fix, ``GymSession.plan`` (a pass over every collected item) ran for every trial, O(trials^2) in a run:
+a 200,000-trial run spent most of its CPU there.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_hostile_gym import AGENT, FakeGym, fake_gym  # noqa: F401  (fixture)
+
+COUNTING_CONFTEST = """
+import json, os
+from pytest_gym.session import GymSession
+
+calls = [0]
+original = GymSession.plan
+
+def counted(self, session):
+    calls[0] += 1
+    return original(self, session)
+
+GymSession.plan = counted
+
+def pytest_sessionfinish(session):
+    name = "plan-calls-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(os.path.join(str(session.config.rootpath), name), "w") as fh:
+        fh.write(json.dumps(calls[0]))
+"""
+
+
+@pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")])
+def test_the_plan_is_made_a_bounded_number_of_times_per_process(
+    pytester: pytest.Pytester, fake_gym: FakeGym, xdist: tuple[str, ...]
+) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(COUNTING_CONFTEST)
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(40)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = pytester.runpytest_subprocess(
+        "--gym-url", fake_gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", "2",
+        "-p", "no:cacheprovider", "-p", "no:randomly", *xdist, timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(passed=80)
+    counts = {p.name: json.loads(p.read_text()) for p in pytester.path.glob("plan-calls-*")}
+    assert counts, "the counting conftest did not run"
+    # Once for the trial state, once to hand the plan to the dispatcher: per process, not per trial.
+    assert all(n <= 3 for n in counts.values()), counts
