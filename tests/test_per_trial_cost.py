@@ -8,10 +8,12 @@ a 200,000-trial run spent most of its CPU there.
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
 
 import pytest
 
-from tests.test_hostile_gym import AGENT, FakeGym, fake_gym  # noqa: F401  (fixture)
+from tests.test_hostile_gym import AGENT, FakeGym
 
 COUNTING_CONFTEST = """
 import json, os
@@ -33,16 +35,29 @@ def pytest_sessionfinish(session):
 """
 
 
+@pytest.fixture
+def gym() -> Iterator[FakeGym]:
+    server = FakeGym()
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
 @pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")])
 def test_the_plan_is_made_a_bounded_number_of_times_per_process(
-    pytester: pytest.Pytester, fake_gym: FakeGym, xdist: tuple[str, ...]
+    pytester: pytest.Pytester, gym: FakeGym, xdist: tuple[str, ...]
 ) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(COUNTING_CONFTEST)
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(40)]
     (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = pytester.runpytest_subprocess(
-        "--gym-url", fake_gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", "2",
+        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", "2",
         "-p", "no:cacheprovider", "-p", "no:randomly", *xdist, timeout=300,
     )  # fmt: skip
     result.assert_outcomes(passed=80)
