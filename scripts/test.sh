@@ -38,7 +38,7 @@ run_on() {
   python=$(find_python "$version")
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade -e . "$@" pytest-xdist 'httpx>=0.27' 'hypothesis>=6.100' \
-    'xmlschema>=3.0' pytest-randomly
+    'xmlschema>=3.0' pytest-randomly 'cryptography>=42'
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
   # CI unset: what this setup lacks on purpose (mlflow) skips here; the main run is the one that must run all.
