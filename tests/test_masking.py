@@ -322,3 +322,24 @@ def test_proc_self_environ_as_a_dataset_does_not_print_the_key(tmp_path: Path) -
     assert MARKER not in output
     assert "tok-abcdef123456" not in output
     assert "GYM_POLICY_API_KEY=***" in output
+
+
+def test_known_secrets_follow_every_change_of_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The secrets are cached between calls; a variable set, changed or removed must still count at once."""
+    from pytest_gym.core.masking import known_secrets
+
+    monkeypatch.setenv("SERVICE_TOKEN", "first-secret-value")
+    assert "first-secret-value" in known_secrets()
+    monkeypatch.setenv("SERVICE_TOKEN", "second-secret-value")
+    assert "second-secret-value" in known_secrets()
+    assert "first-secret-value" not in known_secrets()
+    monkeypatch.setenv("PLAIN_SETTING", "not-a-secret-value")
+    assert "not-a-secret-value" not in known_secrets()
+    monkeypatch.delenv("SERVICE_TOKEN")
+    assert "second-secret-value" not in known_secrets()
+    assert mask_secrets("say second-secret-value") == "say second-secret-value"
+    monkeypatch.setenv("GYM_POLICY_API_KEY", "policy-key-value")
+    assert mask_secrets("say policy-key-value") != "say policy-key-value"
+    secrets = known_secrets()
+    secrets.clear()  # a caller changing its copy must not change the next answer
+    assert "policy-key-value" in known_secrets()

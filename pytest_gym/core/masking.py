@@ -94,13 +94,36 @@ def add_secret(value: str) -> None:
         _EXTRA_SECRETS.add(value)
 
 
+#: Whether an environment variable's name marks its value secret (names repeat: each is matched once).
+_SECRET_NAMED: dict[str, bool] = {}
+#: The last answer of ``known_secrets`` and what it was computed from.
+_LAST_SECRETS: tuple[tuple[Any, ...], list[str]] | None = None
+
+
+def _secret_named(name: str) -> bool:
+    named = _SECRET_NAMED.get(name)
+    if named is None:
+        named = _SECRET_NAMED[name] = name == POLICY_KEY_ENV or bool(SECRET_NAME.search(name))
+    return named or name in _SECRET_ENV
+
+
 def known_secrets() -> list[str]:
-    """Values that must never appear: the policy key and other secret-named env vars, longest first."""
-    values = list(_EXTRA_SECRETS)
-    for name, value in os.environ.items():
-        if (name == POLICY_KEY_ENV or name in _SECRET_ENV or SECRET_NAME.search(name)) and len(value) >= _MIN_SECRET:
-            values.append(value)
-    return sorted(set(values), key=len, reverse=True)
+    """Values that must never appear: the policy key and other secret-named env vars, longest first.
+
+    Called for every trial, so it reads only the values of secret-named variables and sorts only when
+    they (or the registered secrets) changed: a CI environment has a hundred variables or more.
+    """
+    global _LAST_SECRETS
+    environ = os.environ
+    named = tuple((name, environ.get(name, "")) for name in environ if _secret_named(name))
+    basis = (named, len(_EXTRA_SECRETS), len(_SECRET_ENV))
+    last = _LAST_SECRETS
+    if last is not None and last[0] == basis:
+        return list(last[1])
+    values = {value for _, value in named if len(value) >= _MIN_SECRET} | _EXTRA_SECRETS
+    secrets = sorted(values, key=len, reverse=True)
+    _LAST_SECRETS = (basis, secrets)
+    return list(secrets)
 
 
 class Masker:
