@@ -217,6 +217,8 @@ class Dispatcher:
             asyncio.run_coroutine_threadsafe(self._aclose(), self._loop).result(timeout=10)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()  # an unclosed loop keeps its selector's file descriptors until collected
         if self._switched:
             self._switched = False
             _fast_switching(False)
