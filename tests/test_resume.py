@@ -236,3 +236,24 @@ def test_resuming_a_finished_run_contacts_no_gym(
     assert gym.policy_calls() == 0
     assert reused_rewards(pytester, "run2") == reused_rewards(pytester, "run1") == [1.0] * 4
     assert (pytester.path / "r.xml").read_text().count("[[PROPERTY|gym_reused=True]]") == 4
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"hydra": ("mcqa.resources_servers.mcqa.grading_mode=lenient_answer_colon",)}, "hydra"),
+        ({"bind_resources_server": "off"}, "bind_resources_server"),
+        ({"benchmark": ("minibench",)}, "benchmark"),
+    ],
+)
+def test_gym_config_changes_block_reuse(tmp_path: Path, change: dict[str, object], named: str) -> None:
+    """A Gym config override changes the rewards (a grading mode): reusing the old rollouts would hide it."""
+    reusable = load_reusable(earlier_run(tmp_path), SETTINGS.model_copy(update=change))
+    assert reusable.records == {}
+    assert f"({named} differ)" in reusable.note
+
+
+def test_runner_environment_and_headers_do_not_block_reuse(tmp_path: Path) -> None:
+    """Paths and caches for Gym's processes, and access headers for a remote Gym, change no reward."""
+    elsewhere = SETTINGS.model_copy(update={"env": ("HF_HOME=/cache/hf",), "header": ("X-Team=TEAM_TOKEN",)})
+    assert load_reusable(earlier_run(tmp_path), elsewhere).records

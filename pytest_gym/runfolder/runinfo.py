@@ -31,7 +31,9 @@ def rollout_basis(settings: GymSettings) -> dict[str, Any]:
     """The settings that decide what a rollout returns (not how fast or where it is reported), masked.
 
     Masked before it is digested or written: a model URL or a ``--gym-set`` override may carry a credential,
-    and a credential does not change what a rollout returns."""
+    and a credential does not change what a rollout returns. Gym config overrides (``--gym-hydra``), the
+    resources-server binding and benchmarks count only when set, so older run folders keep their digest;
+    ``--gym-env`` (paths, caches) and ``--gym-header`` (access to a remote Gym) do not count."""
     basis: dict[str, Any] = {
         "agent": settings.agent,
         "model": settings.model,
@@ -42,6 +44,12 @@ def rollout_basis(settings: GymSettings) -> dict[str, Any]:
         "reward_key": settings.reward_key,
         "policy": settings.policy,
     }
+    if settings.hydra:
+        basis["hydra"] = sorted(settings.hydra)
+    if settings.bind_resources_server != "auto":
+        basis["bind_resources_server"] = settings.bind_resources_server
+    if settings.benchmark:
+        basis["benchmark"] = sorted(settings.benchmark)
     if settings.policy == "scripted":
         basis["policy_answer"] = settings.policy_answer
     else:
