@@ -219,3 +219,41 @@ def test_rescore_refuses_a_verifier_that_is_not_stateless_unless_forced(
     forced = pytester.runpytest_subprocess(*rescore_args(fake, "--gym-rescore-force"), "--gym-run-dir", "run2")
     forced.assert_outcomes(passed=6)
     assert fake.runs == 0
+
+
+def test_rescore_of_two_datasets_verifies_each_answer_against_its_own_row(
+    pytester: pytest.Pytester, fake: FakeGym
+) -> None:
+    """Two datasets in one run share their rows' positions (both 0..2): a rollout found by its indices would
+    be verified against the other dataset's row. Each trial's own ``_ng_rollout_id`` pairs them."""
+    pytester.makeini("[pytest]\n")
+    run_dir = pytester.path / "earlier"
+    expected = {"a.jsonl": "E", "b.jsonl": "B"}
+    with RunFolderWriter(run_dir) as writer:
+        for name, letter in expected.items():
+            rows = [{"responses_create_params": {"input": f"{name} question {n}"}, "expected_answer": letter}
+                    for n in range(3)]  # fmt: skip
+            (pytester.path / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+            for index, task in enumerate(read_tasks(pytester.path / name)):
+                for repeat in range(2):
+                    nodeid = f"{name}::{task.short_hash}[r{repeat}]"
+                    rollout_id = f"{task.short_hash}-r{repeat}-{index}{name[0]}"
+                    response = responses_object(Script(answer="\\boxed{E}"), rows[index]["responses_create_params"])
+                    writer.record(
+                        TrialOutcome(
+                            nodeid=nodeid, task_hash=task.hash, repeat=repeat, line=index + 1, dataset=name,
+                            reward=0.5,
+                            answer={"reward": 0.5, "response": response, "expected_answer": letter},
+                            request=build_request(rows[index], AGENT, index, repeat, rollout_id),
+                            agent=AGENT,
+                        )
+                    )  # fmt: skip
+    result = pytester.runpytest_subprocess(
+        "--gym-url", fake.url, "--gym-dataset", "a.jsonl", "--gym-dataset", "b.jsonl", "--gym-repeats", "2",
+        "--gym-run-dir", "run", "--gym-rescore", "earlier", "-p", "no:cacheprovider", "-rA",
+    )  # fmt: skip
+    result.assert_outcomes(passed=6, failed=6)  # every answer is E: right for a.jsonl's rows, wrong for b.jsonl's
+    assert fake.verified == 12
+    outcomes = {line.split()[1].split("::")[0] + line.split()[0] for line in result.stdout.lines
+                if line.startswith(("PASSED ", "FAILED "))}  # fmt: skip
+    assert outcomes == {"a.jsonlPASSED", "b.jsonlFAILED"}

@@ -45,12 +45,18 @@ def export_atif(cli: str, rollouts: Path, out: Path) -> subprocess.CompletedProc
     )
 
 
-def check_run_folder(cli: str, run: Path, dataset: Path, trials: int, env_server: str, tool_calls: int) -> None:
-    """What Gym's collector writes is there, and Gym's own tools read the folder as one of theirs."""
+def check_run_folder(
+    cli: str, run: Path, datasets: list[Path], trials: int, env_server: str, tool_calls: int, tools: bool = True
+) -> None:
+    """What Gym's collector writes is there, and Gym's own tools read the folder as one of theirs
+    (``tools=False``: health-check only; each of Gym's commands costs seconds of imports)."""
     records = read_jsonl(run / "rollouts.jsonl")
     assert len(records) == trials
     positions = {
-        task_hash(json.loads(line)): n for n, line in enumerate(dataset.read_text().splitlines()) if line.strip()
+        task_hash(json.loads(line)): n
+        for dataset in datasets
+        for n, line in enumerate(dataset.read_text().splitlines())
+        if line.strip()
     }
     for record in records:
         assert record["_ng_task_index"] == positions[record["_pytest_gym_task_hash"]]  # the row's place, stable
@@ -66,6 +72,8 @@ def check_run_folder(cli: str, run: Path, dataset: Path, trials: int, env_server
     verdicts = report["verdicts"]
     assert verdicts["unobserved"] == 0, verdicts
     assert verdicts["healthy"] + verdicts["unhealthy"] == trials
+    if not tools:
+        return
 
     # Strict ATIF export refuses source-coverage gaps; this run's only one is Gym's own "resolution_unavailable".
     rejected = export_atif(cli, run / "rollouts.jsonl", run.parent / f"{run.name}-atif")
@@ -97,12 +105,27 @@ def check_run_folder(cli: str, run: Path, dataset: Path, trials: int, env_server
 def test_mcqa_run_folders_read_as_gyms_own_with_and_without_xdist(
     pytester: pytest.Pytester, example: Path, gym_cli: str
 ) -> None:
-    for run, xdist in (("a", ()), ("b", ("-n", "2"))):
+    """Without xdist one dataset; under -n 2 two datasets whose rows share their positions (0..4), so Gym's
+    default capture key "<task>-<rollout>" would collide: each trial must keep its own model call."""
+    other = pytester.path / "other.jsonl"
+    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["responses_create_params"]["input"][0]["content"] += " (second set)"
+    other.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    for run, args, datasets in (
+        ("a", (), [example]),
+        ("b", ("-n", "2", "--gym-dataset", "other.jsonl"), [example, other]),
+    ):
         result = pytester.runpytest_subprocess(
-            *start_mode(gym_cli, "--gym-repeats", "2"), "--gym-run-dir", run, "-p", "no:randomly", *xdist
+            *start_mode(gym_cli, "--gym-repeats", "2"), "--gym-run-dir", run, "-p", "no:randomly", *args
         )
-        result.assert_outcomes(passed=4, failed=6)
-        check_run_folder(gym_cli, pytester.path / run, example, 10, "mcqa_environment_server", 0)
+        result.assert_outcomes(passed=4 * len(datasets), failed=6 * len(datasets))
+        check_run_folder(gym_cli, pytester.path / run, datasets, 10 * len(datasets), "mcqa_environment_server", 0)
+
+    records = read_jsonl(pytester.path / "b" / "rollouts.jsonl")
+    ids = [record["_ng_rollout_id"] for record in records]
+    assert len(set(ids)) == 20, ids
+    assert len(list((pytester.path / "b" / "model_calls").glob("*.capture.jsonl"))) == 20
 
     compare = gym(
         gym_cli,
@@ -113,30 +136,6 @@ def test_mcqa_run_folders_read_as_gyms_own_with_and_without_xdist(
     )
     assert compare.returncode == 0, compare.stdout + compare.stderr
     assert list((pytester.path / "compare").glob("*.json"))
-
-
-def test_two_datasets_in_one_run_keep_their_trajectories_apart(
-    pytester: pytest.Pytester, example: Path, gym_cli: str
-) -> None:
-    # The same task indices in both (0..4): Gym's default capture key "<task>-<rollout>" would collide.
-    other = pytester.path / "other.jsonl"
-    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
-    for row in rows:
-        row["responses_create_params"]["input"][0]["content"] += " (second set)"
-    other.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    result = pytester.runpytest_subprocess(
-        *start_mode(gym_cli, "--gym-dataset", "other.jsonl"), "-p", "no:randomly", "-n", "2"
-    )
-    result.assert_outcomes(passed=4, failed=6)
-    records = read_jsonl(pytester.path / "run" / "rollouts.jsonl")
-    assert len(records) == 10
-    ids = [record["_ng_rollout_id"] for record in records]
-    assert len(set(ids)) == 10, ids
-    for record in records:
-        capture = record["ng_model_call_capture"]
-        assert capture["rollout_id"] == record["_ng_rollout_id"]
-        assert len(capture["calls"]) == 1, capture  # its own model call, not the other dataset's too
-    assert len(list((pytester.path / "run" / "model_calls").glob("*.capture.jsonl"))) == 10
 
 
 def tool_call_example(gym_cli: str, folder: Path) -> Path:
@@ -184,8 +183,9 @@ def test_a_tool_calling_run_folder_and_its_failure_messages(
             f"  full record: {run}/rollouts.jsonl (_ng_task_index=0, _ng_rollout_index=0)",
         ]
     )
-    check_run_folder(gym_cli, run, dataset, 5, "example_single_tool_call_environment_server", 1)
+    check_run_folder(gym_cli, run, [dataset], 5, "example_single_tool_call_environment_server", 1)
 
     again = pytester.runpytest_subprocess(*tool_call_args(gym_cli, "--gym-run-dir", "run2", "-n", "2"))
     again.assert_outcomes(passed=5)
-    check_run_folder(gym_cli, pytester.path / "run2", dataset, 5, "example_single_tool_call_environment_server", 1)
+    server = "example_single_tool_call_environment_server"
+    check_run_folder(gym_cli, pytester.path / "run2", [dataset], 5, server, 1, tools=False)

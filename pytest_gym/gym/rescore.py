@@ -31,10 +31,12 @@ from pytest_gym.rollout.http import FetchError, fetch
 from pytest_gym.runfolder.rollouts import (
     AGENT_REF_KEY,
     MATERIALIZED_FILE,
+    ROLLOUT_ID_KEY,
     ROLLOUT_INDEX_KEY,
     ROLLOUTS_FILE,
     TASK_INDEX_KEY,
     read_jsonl,
+    trial_key,
 )
 
 RESOURCES_TYPE = "resources_servers"
@@ -154,13 +156,13 @@ def rescore(
     """
     run_dir = Path(run_dir)
     rollouts = read_jsonl(run_dir / ROLLOUTS_FILE)
-    inputs = {(r.get(TASK_INDEX_KEY), r.get(ROLLOUT_INDEX_KEY)): r for r in read_jsonl(run_dir / MATERIALIZED_FILE)}
+    inputs = {trial_key(r): r for r in read_jsonl(run_dir / MATERIALIZED_FILE)}
     if not rollouts:
         raise GymError(f"nothing to re-score: {run_dir / ROLLOUTS_FILE} holds no rollouts")
-    latest: dict[tuple[Any, Any], dict[str, Any]] = {}
+    latest: dict[tuple[Any, ...], dict[str, Any]] = {}
     skipped = 0
     for record in rollouts:  # a resumed run may hold a trial twice: the later record is the one that counts
-        key = (record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY))
+        key = trial_key(record)
         if "response" not in record or key not in inputs:
             skipped += 1
             continue
@@ -172,7 +174,7 @@ def rescore(
     only = next(iter(urls)) if len(urls) == 1 else None
 
     def server_for(record: Mapping[str, Any]) -> str:
-        request = inputs[(record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY))]
+        request = inputs[trial_key(record)]
         ref = record.get(AGENT_REF_KEY) or request.get(AGENT_REF_KEY)
         agent = ref.get("name") if isinstance(ref, Mapping) else None
         name = (agents.get(str(agent)) if agent else None) or only
@@ -184,7 +186,7 @@ def rescore(
             )
         return name
 
-    routed = [(key, record, server_for(record)) for key, record in sorted(latest.items(), key=lambda kv: kv[0])]
+    routed = [(key, record, server_for(record)) for key, record in sorted(latest.items(), key=_record_order)]
     modes = {name: str(_get_json(f"{urls[name]}/reverify_mode", timeout, access)) for name in {s for _, _, s in routed}}
     unsafe = sorted(name for name, mode in modes.items() if mode != "stateless")
     if unsafe and not force:
@@ -194,8 +196,9 @@ def rescore(
             "re-score anyway with force=True (--gym-rescore-force) only if that state does not matter"
         )
 
-    def one(item: tuple[tuple[Any, Any], dict[str, Any], str]) -> tuple[Rescored, dict[str, Any]]:
-        (task, repeat), record, server = item
+    def one(item: tuple[tuple[Any, ...], dict[str, Any], str]) -> tuple[Rescored, dict[str, Any]]:
+        key, record, server = item
+        task, repeat = record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY)
         old = record.get(reward_key)
         task_hash = record.get(TASK_HASH_KEY)
         result = Rescored(
@@ -205,8 +208,10 @@ def rescore(
             task_hash=task_hash if isinstance(task_hash, str) else None,
             old_reward=float(old) if isinstance(old, (int, float)) and not isinstance(old, bool) else None,
         )
-        verify(result, inputs[(task, repeat)], record, f"{urls[server]}/verify")
+        verify(result, inputs[key], record, f"{urls[server]}/verify")
         line = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: repeat, **(result.answer or {})}
+        if key[0] == "id":
+            line[ROLLOUT_ID_KEY] = key[1]
         line["_pytest_gym_old_reward"] = result.old_reward
         line["_pytest_gym_nodeid"] = result.nodeid
         line[TASK_HASH_KEY] = result.task_hash
@@ -257,7 +262,7 @@ class RescoredTrials:
     source: Path
     error: str | None = None
     lines: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
-    requests: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
+    requests: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
     by_index: dict[tuple[Any, Any], dict[str, Any]] = field(default_factory=dict)
 
     def outcome(self, spec: TrialSpec) -> TrialOutcome:
@@ -273,7 +278,7 @@ class RescoredTrials:
                 error_class="rescore",
                 rescored=True,
             )
-        request = self.requests.get((line.get(TASK_INDEX_KEY), line.get(ROLLOUT_INDEX_KEY)))
+        request = self.requests.get(trial_key(line))
         if line.get(ERROR_KEY):
             error = clean_text(f"rescore: {line[ERROR_KEY]}")
             return TrialOutcome.for_spec(spec, error=error, error_class="rescore", request=request, rescored=True)
@@ -311,8 +316,19 @@ def load_rescored(run_dir: Path, source: Path) -> RescoredTrials:
         else:  # a folder Gym's own collector wrote: its rows are known by position only
             trials.by_index[(line.get(TASK_INDEX_KEY), repeat)] = line
     for request in read_jsonl(source / MATERIALIZED_FILE):
-        trials.requests[(request.get(TASK_INDEX_KEY), request.get(ROLLOUT_INDEX_KEY))] = request
+        trials.requests[trial_key(request)] = request
     return trials
+
+
+def _record_order(item: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[int, int, str]:
+    """Rollouts in dataset order (the indices may be missing or of any type in a hand-edited folder)."""
+    key, record = item
+    task, repeat = record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY)
+    return (
+        task if isinstance(task, int) and not isinstance(task, bool) else -1,
+        repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else -1,
+        str(key),
+    )
 
 
 def _task_of(item: Rescored) -> str:

@@ -35,6 +35,7 @@ from pytest_gym.runfolder.rollouts import (
     EnvironmentServer,
     encode_record,
     read_jsonl,
+    trial_key,
 )
 
 #: The capture folder inside the run folder (Gym needs it absolute).
@@ -139,14 +140,16 @@ class Finalizer:
         assert self.proc is not None
         path = run_dir / ROLLOUTS_FILE
         records = read_jsonl(path)
-        inputs = {(r.get(TASK_INDEX_KEY), r.get(ROLLOUT_INDEX_KEY)): r for r in read_jsonl(run_dir / MATERIALIZED_FILE)}
+        inputs = {trial_key(r): r for r in read_jsonl(run_dir / MATERIALIZED_FILE)}
         todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record]
         lines = []
         for n in todo:
             record = records[n]
             stamp(record, servers)
-            key = (record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY))
-            row = inputs.get(key) or {TASK_INDEX_KEY: key[0], ROLLOUT_INDEX_KEY: key[1]}
+            row = inputs.get(trial_key(record)) or {
+                TASK_INDEX_KEY: record.get(TASK_INDEX_KEY),
+                ROLLOUT_INDEX_KEY: record.get(ROLLOUT_INDEX_KEY),
+            }
             latency = record.get("_pytest_gym_latency_s")
             latency_ms = round(latency * 1000, 3) if isinstance(latency, (int, float)) else None
             lines.append(json.dumps({"n": n, "row": row, "result": record, "latency_ms": latency_ms}) + "\n")

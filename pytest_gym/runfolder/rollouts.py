@@ -55,12 +55,26 @@ AGGREGATE_FILE = "rollouts_aggregate_metrics.json"
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"
+ROLLOUT_ID_KEY = "_ng_rollout_id"
 AGENT_REF_KEY = "agent_ref"
 ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
 RESULT_TYPE_KEY = "_ng_result_type"
 FAILURE_CLASS_KEY = "_ng_failure_class"
 AGENT_RUN_ERROR = "agent_run_error"
 AGENT_REQUEST_FAILED = "agent_request_failed"
+
+def trial_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Which trial a rollout record or a materialized input belongs to.
+
+    pytest-gym sends every trial its own ``_ng_rollout_id`` (stable across resumes); the indices alone
+    repeat across the datasets of one run. A folder Gym's own collector wrote (one dataset) may have
+    only the indices, unique there.
+    """
+    rollout_id = record.get(ROLLOUT_ID_KEY)
+    if isinstance(rollout_id, str):
+        return ("id", rollout_id)
+    return ("index", record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY))
+
 
 #: Request keys Gym's collector copies onto a result after the two indices, in its order.
 _REQUEST_STAMPS = ("agent_ref", "task_source", "skills_ref", "_ng_attempt_index", "_ng_rollout_id")
