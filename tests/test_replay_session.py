@@ -41,10 +41,11 @@ def recorded(pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: st
     return pytester.path / "rec"
 
 
-def test_a_replay_gives_the_recorded_outcomes_with_no_model_call(
+def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_prompt_errors_that_task(
     pytester: pytest.Pytester, gym: RealGym, gym_cli: str, recorded: Path
 ) -> None:
-    """Under -n 2 (one replay server for the run); without xdist the next test replays too."""
+    """One recording (a Gym start each costs half a minute), replayed twice with the model gone: unchanged
+    under -n 2 (one replay server for the run), then with one prompt changed, without xdist."""
     gym.reset()
     result = pytester.runpytest_subprocess(
         *_start(gym_cli, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}"), "-n", "2"
@@ -56,20 +57,15 @@ def test_a_replay_gives_the_recorded_outcomes_with_no_model_call(
     assert '"hits": 10' in log
     assert '"misses": 0' in log
 
-
-def test_a_changed_prompt_errors_exactly_that_task_naming_the_field(
-    pytester: pytest.Pytester, gym: RealGym, gym_cli: str, recorded: Path
-) -> None:
     rows = [json.loads(line) for line in (pytester.path / "example.jsonl").read_text().splitlines() if line.strip()]
     rows[1]["responses_create_params"]["input"][0]["content"] += " Think twice."
     (pytester.path / "changed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = list(_start(gym_cli, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}"))
+    args = list(_start(gym_cli, "changed", "--gym-policy", "replay", f"--gym-cassette={recorded}"))
     args[args.index("example.jsonl")] = "changed.jsonl"
-    gym.reset()
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=4, failed=4, errors=2)
     assert gym.policy_calls() == 0
     result.stdout.fnmatch_lines(["*no recorded answer for request*input[[]0[]].content*"])
     changed = task_hash(rows[1])[:12]
-    outcome = outcomes_by_test(pytester.path / "rep.xml")
+    outcome = outcomes_by_test(pytester.path / "changed.xml")
     assert {name for name, kind in outcome.items() if kind == "error"} == {f"{changed}[r0]", f"{changed}[r1]"}

@@ -248,8 +248,9 @@ def test_junit_keeps_error_for_infrastructure_faults(pytester: pytest.Pytester, 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")])
 def test_trial_result_hook_runs_once_per_trial_on_the_owner(
-    pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
+    pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this test session's own, when it runs under -n
     pytester.makeconftest(
         """
         import json, os
