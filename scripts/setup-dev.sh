@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Create .venvs/dev with pytest-gym (editable) and its test tools, and install Gym into
-# .venvs/gym. Prints the gym executable's path on its last line.
+# Install NeMo Gym into .venvs/gym and create .venvs/dev with pytest-gym (editable) and its test tools,
+# on Python 3.13 with the newest pytest (the newest supported setup; `scripts/test.sh --pythons` covers
+# the oldest). $DEV_PYTHON picks another interpreter. Prints the gym executable's path on its last line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -x .venvs/dev/bin/python ]; then
-  python3 -m venv .venvs/dev
+GYM_CLI=$(bash scripts/install-gym.sh .venvs/gym | tail -n 1)
+UV=$(bash scripts/ensure-uv.sh)
+PYTHON=${DEV_PYTHON:-$(bash scripts/find-python.sh 3.13)}
+want=$("$PYTHON" -c 'import sys; print(sys.version_info[:2])')
+if [ -x .venvs/dev/bin/python ] && [ "$(.venvs/dev/bin/python -c 'import sys; print(sys.version_info[:2])')" != "$want" ]; then
+  rm -rf .venvs/dev  # made by an earlier version of this script with another Python
 fi
-.venvs/dev/bin/python -m pip install -q --upgrade pip
-.venvs/dev/bin/python -m pip install -q -e '.[test]'
-bash scripts/install-gym.sh .venvs/gym | tail -n 1
+[ -x .venvs/dev/bin/python ] || "$PYTHON" -m venv .venvs/dev
+"$UV" pip install -q --python .venvs/dev/bin/python --upgrade -e '.[test]' >&2
+echo "$GYM_CLI"
