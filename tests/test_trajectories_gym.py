@@ -105,27 +105,12 @@ def check_run_folder(
 def test_mcqa_run_folders_read_as_gyms_own_with_and_without_xdist(
     pytester: pytest.Pytester, example: Path, gym_cli: str
 ) -> None:
-    """Without xdist one dataset; under -n 2 two datasets whose rows share their positions (0..4), so Gym's
-    default capture key "<task>-<rollout>" would collide: each trial must keep its own model call."""
-    other = pytester.path / "other.jsonl"
-    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
-    for row in rows:
-        row["responses_create_params"]["input"][0]["content"] += " (second set)"
-    other.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    for run, args, datasets in (
-        ("a", (), [example]),
-        ("b", ("-n", "2", "--gym-dataset", "other.jsonl"), [example, other]),
-    ):
+    for run, xdist in (("a", ()), ("b", ("-n", "2"))):
         result = pytester.runpytest_subprocess(
-            *start_mode(gym_cli, "--gym-repeats", "2"), "--gym-run-dir", run, "-p", "no:randomly", *args
+            *start_mode(gym_cli, "--gym-repeats", "2"), "--gym-run-dir", run, "-p", "no:randomly", *xdist
         )
-        result.assert_outcomes(passed=4 * len(datasets), failed=6 * len(datasets))
-        check_run_folder(gym_cli, pytester.path / run, datasets, 10 * len(datasets), "mcqa_environment_server", 0)
-
-    records = read_jsonl(pytester.path / "b" / "rollouts.jsonl")
-    ids = [record["_ng_rollout_id"] for record in records]
-    assert len(set(ids)) == 20, ids
-    assert len(list((pytester.path / "b" / "model_calls").glob("*.capture.jsonl"))) == 20
+        result.assert_outcomes(passed=4, failed=6)
+        check_run_folder(gym_cli, pytester.path / run, [example], 10, "mcqa_environment_server", 0)
 
     compare = gym(
         gym_cli,
@@ -136,6 +121,30 @@ def test_mcqa_run_folders_read_as_gyms_own_with_and_without_xdist(
     )
     assert compare.returncode == 0, compare.stdout + compare.stderr
     assert list((pytester.path / "compare").glob("*.json"))
+
+
+def test_two_datasets_in_one_run_keep_their_trajectories_apart(
+    pytester: pytest.Pytester, example: Path, gym_cli: str
+) -> None:
+    """The same task indices in both (0..4): Gym's default capture key "<task>-<rollout>" would collide, and a
+    record paired with its input by the indices would get the other dataset's (an identity-mismatch gap).
+
+    Gym's own tools key a run folder by (task index, rollout index), which repeat here: health-check reads
+    the folder, but profile and strict export refuse the repeated keys (one dataset per run for those)."""
+    other = pytester.path / "other.jsonl"
+    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["responses_create_params"]["input"][0]["content"] += " (second set)"
+    other.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = pytester.runpytest_subprocess(
+        *start_mode(gym_cli, "--gym-dataset", "other.jsonl"), "-p", "no:randomly", "-n", "2"
+    )
+    result.assert_outcomes(passed=4, failed=6)
+    run = pytester.path / "run"
+    check_run_folder(gym_cli, run, [example, other], 10, "mcqa_environment_server", 0, tools=False)
+    ids = [record["_ng_rollout_id"] for record in read_jsonl(run / "rollouts.jsonl")]
+    assert len(set(ids)) == 10, ids
+    assert len(list((run / "model_calls").glob("*.capture.jsonl"))) == 10
 
 
 def tool_call_example(gym_cli: str, folder: Path) -> Path:
