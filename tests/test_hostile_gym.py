@@ -9,6 +9,7 @@ and every line of output below a fixed length.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -85,8 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(json.loads(raw or b"{}"))
 
 
-@pytest.fixture
-def fake_gym() -> Iterator[FakeGym]:
+@contextlib.contextmanager
+def serving() -> Iterator[FakeGym]:
+    """A FakeGym answering on its own thread until the block ends."""
     server = FakeGym()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
@@ -96,6 +98,12 @@ def fake_gym() -> Iterator[FakeGym]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def fake_gym() -> Iterator[FakeGym]:
+    with serving() as server:
+        yield server
 
 
 @pytest.fixture
