@@ -624,13 +624,15 @@ class GymSession:
 
     def open_gym(self, session: pytest.Session) -> GymServer:
         """The deployment, acquired once per process; dispatching of the planned trials starts with it."""
+        # Once acquired, or known unreachable, no plan is made again: per trial that would be O(trials^2).
         if self.run.server is not None:
-            return self.run.server  # the plan went to the dispatcher then; making it again per trial is O(trials^2)
-        state = self._trial_state(session)
-        planned = self.plan(session)
-        if self.run.server is None:
-            self.run.settings = self.start_settings()
+            return self.run.server
         try:
+            if self.run.error is not None:
+                raise GymError(self.run.error)
+            state = self._trial_state(session)
+            planned = self.plan(session)
+            self.run.settings = self.start_settings()
             return self.run.open(planned, worker_queue(session, planned), skip=state.reused)
         except GymError as exc:
             pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)

@@ -8,12 +8,12 @@ a 200,000-trial run spent most of its CPU there.
 from __future__ import annotations
 
 import json
-import threading
+import socket
 from collections.abc import Iterator
 
 import pytest
 
-from tests.test_hostile_gym import AGENT, FakeGym
+from tests.test_hostile_gym import AGENT, FakeGym, serving
 
 COUNTING_CONFTEST = """
 import json, os
@@ -37,15 +37,8 @@ def pytest_sessionfinish(session):
 
 @pytest.fixture
 def gym() -> Iterator[FakeGym]:
-    server = FakeGym()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving() as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")])
@@ -64,4 +57,28 @@ def test_the_plan_is_made_a_bounded_number_of_times_per_process(
     counts = {p.name: json.loads(p.read_text()) for p in pytester.path.glob("plan-calls-*")}
     assert counts, "the counting conftest did not run"
     # Once for the trial state, once to hand the plan to the dispatcher: per process, not per trial.
+    assert all(n <= 3 for n in counts.values()), counts
+
+
+@pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")])
+def test_a_gym_that_cannot_be_reached_makes_no_plan_per_trial(
+    pytester: pytest.Pytester, xdist: tuple[str, ...]
+) -> None:
+    """Failures cost more than passes: once the deployment is known unreachable, every later trial errors
+    with the cached reason at once, without walking the plan again."""
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(COUNTING_CONFTEST)
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(40)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: nothing answers there
+        result = pytester.runpytest_subprocess(
+            "--gym-url", f"http://127.0.0.1:{port}", "--gym-agent", AGENT, "--gym-dataset", "data.jsonl",
+            "--gym-repeats", "2", "--gym-startup-timeout", "1", "-p", "no:cacheprovider", "-p", "no:randomly",
+            *xdist, timeout=300,
+        )  # fmt: skip
+    result.assert_outcomes(errors=80)
+    counts = {p.name: json.loads(p.read_text()) for p in pytester.path.glob("plan-calls-*")}
+    assert counts, "the counting conftest did not run"
     assert all(n <= 3 for n in counts.values()), counts
