@@ -116,7 +116,7 @@ def known_secrets() -> list[str]:
     global _LAST_SECRETS
     environ = os.environ
     named = tuple((name, environ.get(name, "")) for name in environ if _secret_named(name))
-    basis = (named, len(_EXTRA_SECRETS), len(_SECRET_ENV))
+    basis = (named, len(_EXTRA_SECRETS))  # registered secrets are only ever added: their count says it
     last = _LAST_SECRETS
     if last is not None and last[0] == basis:
         return list(last[1])

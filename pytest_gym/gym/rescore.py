@@ -210,8 +210,8 @@ def rescore(
         )
         verify(result, inputs[key], record, f"{urls[server]}/verify")
         line = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: repeat, **(result.answer or {})}
-        if key[0] == "id":
-            line[ROLLOUT_ID_KEY] = key[1]
+        if isinstance(record.get(ROLLOUT_ID_KEY), str):
+            line[ROLLOUT_ID_KEY] = record[ROLLOUT_ID_KEY]  # load_rescored pairs the line with its request by it
         line["_pytest_gym_old_reward"] = result.old_reward
         line["_pytest_gym_nodeid"] = result.nodeid
         line[TASK_HASH_KEY] = result.task_hash

@@ -63,6 +63,7 @@ FAILURE_CLASS_KEY = "_ng_failure_class"
 AGENT_RUN_ERROR = "agent_run_error"
 AGENT_REQUEST_FAILED = "agent_request_failed"
 
+
 def trial_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
     """Which trial a rollout record or a materialized input belongs to.
 
