@@ -36,8 +36,6 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
 from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
-from pytest_gym.gym.run import GymRun
-from pytest_gym.gym.server import GymServer
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import BadGate, SuiteResults, SuiteVerdict, parse_gates
 from pytest_gym.report.junit import flat_properties, postprocess_junit
@@ -67,8 +65,17 @@ from pytest_gym.runfolder.runinfo import (
 )
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
+from pytest_gym.runner.run import GymRun
+from pytest_gym.runner.server import GymServer
 from pytest_gym.suitefile import suite_settings
-from pytest_gym.xdist_hooks import SESSION_PLUGIN, WORKER_OUTPUT, worker_queue, worker_run_dir, worker_slot
+from pytest_gym.xdist_hooks import (
+    SESSION_PLUGIN,
+    WORKER_OUTPUT,
+    worker_owner_pid,
+    worker_queue,
+    worker_run_dir,
+    worker_slot,
+)
 
 if TYPE_CHECKING:
     from pytest_gym.gym.rescore import RescoredTrials
@@ -145,7 +152,13 @@ class GymSession:
         #: In a shard: per suite, the labels of the gates left to the merge.
         self.deferred_gates: dict[str, list[str]] = {}
         workerinput = getattr(config, "workerinput", None)
-        self.run = GymRun(settings=settings, run_dir=run_dir, owner=owner, worker=worker_slot(workerinput))
+        self.run = GymRun(
+            settings=settings,
+            run_dir=run_dir,
+            owner=owner,
+            worker=worker_slot(workerinput),
+            owner_pid=worker_owner_pid(workerinput),
+        )
         self.gates = self._gates(settings.gate, "--gym-gate / gym_gate")
         #: Notes for the terminal section and the summary: this process's, and (controller) the workers'.
         self.notes: list[str] = []
@@ -353,7 +366,8 @@ class GymSession:
     @staticmethod
     def _check_rescore(settings: GymSettings) -> None:
         """--gym-rescore RUN_DIR must be a run folder with saved answers; it replaces rolling out, nothing else."""
-        from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE, read_jsonl
+        from pytest_gym.core.jsonl import read_jsonl
+        from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE
 
         source = Path(settings.rescore or "")
         fix = "give the run folder of an earlier pytest-gym (or `gym eval run`) run"
@@ -715,7 +729,7 @@ class GymSession:
     def _replay_miss(self, outcome: TrialOutcome, spec: TrialSpec) -> str:
         """Why a replayed trial had no recording (Gym reports only that its model call failed)."""
         from pytest_gym.core.dataset import DatasetError
-        from pytest_gym.gym.cassette import misses_for_row, read_misses
+        from pytest_gym.standins.cassette import misses_for_row, read_misses
 
         try:
             row = outcome.request or spec.task.load_row()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.rollouts import (
     AGGREGATE_FILE,
@@ -26,7 +27,6 @@ from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
     aggregate_entry,
     aggregate_request,
-    read_jsonl,
     write_aggregate_metrics,
 )
 

@@ -20,15 +20,10 @@ from typing import Any
 import pytest
 
 from pytest_gym.core.dataset import task_hash
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.shard import shard_of
 from pytest_gym.runfolder.aggregate import aggregate_metrics, pass_majority
-from pytest_gym.runfolder.rollouts import (
-    AGGREGATE_FILE,
-    FAILURES_FILE,
-    MATERIALIZED_FILE,
-    ROLLOUTS_FILE,
-    read_jsonl,
-)
+from pytest_gym.runfolder.rollouts import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.runinfo import RUN_INFO_FILE, dataset_entries, write_run_info
 
 BASIS = {"agent": "a", "model": "m", "policy": "none", "reward_key": "reward"}

@@ -21,6 +21,7 @@ CHEAP = {
     "pytest_gym.core",
     "pytest_gym.core.options",
     "pytest_gym.core.outcome",
+    "pytest_gym.core.numbers",
     "pytest_gym.core.dataset",
     "pytest_gym.core.masking",
     "pytest_gym.runfolder",

@@ -14,7 +14,6 @@ session: ``unsupported``/``unknown``) are refused unless ``force``: their new re
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,7 +23,9 @@ from typing import Any
 from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_secrets
+from pytest_gym.core.numbers import is_finite_number, is_int, is_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.judge.paired import Rule, task_passes
 from pytest_gym.rollout.http import FetchError, fetch
@@ -35,7 +36,6 @@ from pytest_gym.runfolder.rollouts import (
     ROLLOUT_INDEX_KEY,
     ROLLOUTS_FILE,
     TASK_INDEX_KEY,
-    read_jsonl,
     trial_key,
 )
 
@@ -206,7 +206,7 @@ def rescore(
             rollout_index=int(repeat or 0),
             nodeid=record.get("_pytest_gym_nodeid"),
             task_hash=task_hash if isinstance(task_hash, str) else None,
-            old_reward=float(old) if isinstance(old, (int, float)) and not isinstance(old, bool) else None,
+            old_reward=float(old) if is_number(old) else None,
         )
         verify(result, inputs[key], record, f"{urls[server]}/verify")
         line = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: repeat, **(result.answer or {})}
@@ -238,7 +238,7 @@ def rescore(
         except (ValueError, KeyError, TypeError):
             result.error = f"{url} answered without a {reward_key!r}"
             return
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        if not is_finite_number(reward):
             result.error = f"{url} answered {reward_key}={reward!r}, not a finite number"
             return
         result.new_reward = float(reward)
@@ -284,7 +284,7 @@ class RescoredTrials:
             return TrialOutcome.for_spec(spec, error=error, error_class="rescore", request=request, rescored=True)
         answer = {k: v for k, v in line.items() if not k.startswith("_pytest_gym_")}
         reward = answer.get(spec.reward_key)
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+        if not is_finite_number(reward):
             return TrialOutcome.for_spec(
                 spec,
                 error=f"rescore: the verifier's answer has no finite {spec.reward_key!r}",
@@ -309,7 +309,7 @@ def load_rescored(run_dir: Path, source: Path) -> RescoredTrials:
         return trials
     for line in read_jsonl(run_dir / RESCORED_FILE):
         task_hash, repeat = line.get(TASK_HASH_KEY), line.get(ROLLOUT_INDEX_KEY)
-        if not isinstance(repeat, int) or isinstance(repeat, bool) or json_depth_exceeds(line):
+        if not is_int(repeat) or json_depth_exceeds(line):
             continue
         if isinstance(task_hash, str):
             trials.lines[(task_hash, repeat)] = line
@@ -325,8 +325,8 @@ def _record_order(item: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[int, in
     key, record = item
     task, repeat = record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY)
     return (
-        task if isinstance(task, int) and not isinstance(task, bool) else -1,
-        repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else -1,
+        task if is_int(task) else -1,
+        repeat if is_int(repeat) else -1,
         str(key),
     )
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import Masker, clean_text
 from pytest_gym.runfolder.rollouts import (
     MATERIALIZED_FILE,
@@ -34,7 +35,6 @@ from pytest_gym.runfolder.rollouts import (
     TASK_INDEX_KEY,
     EnvironmentServer,
     encode_record,
-    read_jsonl,
     trial_key,
 )
 

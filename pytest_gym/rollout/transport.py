@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import math
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.numbers import is_finite_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
@@ -106,7 +106,7 @@ def parse_answer(
         reason = mask_secrets(str(answer.get("failure_reason") or ""))[:_EXCERPT]
         raise TrialFault("gym_failure", f"Gym reported an infrastructure failure ({kind}): {reason}", status)
     reward = answer[reward_key]
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+    if not is_finite_number(reward):
         raise TrialFault("bad_reward", f"reward {reward_key!r} is {reward!r}, not a finite number", status)
     return answer, float(reward)
 

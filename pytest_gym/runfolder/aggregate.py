@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_gym.core.numbers import is_number
 from pytest_gym.judge.intervals import t_ppf
 
 TASK = "_ng_task_index"
@@ -57,7 +58,7 @@ def _is_primary(name: str) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return is_number(value)
 
 
 def _numeric_fields(items: Iterable[tuple[str, Any]], skip: frozenset[str] = frozenset()) -> dict[str, float]:

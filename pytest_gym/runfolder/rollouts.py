@@ -33,11 +33,8 @@ descriptor under an exclusive ``flock``, so no line tears, interleaves or is los
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import math
-import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -45,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.masking import MAX_DEPTH, MAX_FIELD, Masker, clean_text, json_depth_exceeds, mask_data
 from pytest_gym.core.outcome import TrialOutcome
 
@@ -193,41 +191,6 @@ def encode_record(masker: Masker, data: Mapping[str, Any]) -> bytes:
     return _json_bytes(masked) + b"\n"
 
 
-class _AppendFile:
-    """A jsonl file this process appends to while other processes append to it too."""
-
-    def __init__(self, path: Path, fsync: bool) -> None:
-        self.path = path
-        self._fsync = fsync
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
-
-    def append(self, data: bytes) -> None:
-        """Write whole lines under the file's lock; a failed write is cut back so no torn line remains."""
-        fd = self._fd
-        if fd is None:
-            raise ValueError(f"{self.path} is closed")
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            start = os.lseek(fd, 0, os.SEEK_END)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, start)
-                raise
-            if self._fsync:
-                os.fsync(fd)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
 class RunFolderWriter:
     """Appends finished trials to the run folder's jsonl files, as Gym's collector would have.
 
@@ -247,10 +210,10 @@ class RunFolderWriter:
         # The known secrets are read once; every record is masked (answers echo what they were sent).
         self._masker = Masker()
         self._lock = threading.Lock()  # flock does not separate threads that share a descriptor
-        self._files: dict[str, _AppendFile] = {}
+        self._files: dict[str, AppendLog] = {}
         try:
             for name in (MATERIALIZED_FILE, ROLLOUTS_FILE, FAILURES_FILE):
-                self._files[name] = _AppendFile(self.run_dir / name, fsync)
+                self._files[name] = AppendLog(self.run_dir / name, fsync)
         except BaseException:
             self.close()
             raise
@@ -284,14 +247,14 @@ class RunFolderWriter:
             if self._closed:
                 raise ValueError(f"the run folder writer for {self.run_dir} is closed")
             for name, line in lines:
-                self._files[name].append(line)
+                self._files[name].append_bytes(line)
 
     def append_rollout(self, record: Mapping[str, Any]) -> None:
         """Copy a finished record (reused from an earlier run by --gym-resume) into this run's rollouts."""
         line = self._line(record)
         with self._lock:
             if not self._closed:
-                self._files[ROLLOUTS_FILE].append(line)
+                self._files[ROLLOUTS_FILE].append_bytes(line)
 
     def _line(self, data: Mapping[str, Any]) -> bytes:
         return encode_record(self._masker, data)
@@ -301,29 +264,6 @@ class RunFolderWriter:
             self._closed = True
             for file in self._files.values():
                 file.close()
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The records of one of the run folder's jsonl files (none if it does not exist).
-
-    A line that does not parse (the tail of a run killed mid-write elsewhere) is skipped: every
-    complete record still counts.
-    """
-    records = []
-    try:
-        with open(path, "rb") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    records.append(record)
-    except FileNotFoundError:
-        return []
-    return records
 
 
 def _order_key(record: Mapping[str, Any]) -> tuple[int, int]:

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_data
+from pytest_gym.core.numbers import is_finite_number, is_int, is_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, read_jsonl
+from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
 
 RUN_INFO_FILE = "pytest_gym_run.json"
 #: Fields the run folder adds to Gym's answer (``pytest_gym.runfolder.rollouts``), besides ``_pytest_gym_*``.
@@ -159,7 +161,7 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
     for record in read_jsonl(rollouts):
         task_hash = record.get("_pytest_gym_task_hash")
         repeat = record.get("_ng_rollout_index")
-        if not isinstance(task_hash, str) or isinstance(repeat, bool) or not isinstance(repeat, int):
+        if not isinstance(task_hash, str) or not is_int(repeat):
             continue
         if settings.reward_key in record and not _reusable_reward(record[settings.reward_key]):
             skipped += 1  # NaN, infinite or not a number: run the trial again (a suite's own key: reused_outcome)
@@ -172,7 +174,7 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
 
 
 def _reusable_reward(reward: Any) -> bool:
-    return isinstance(reward, (int, float)) and not isinstance(reward, bool) and math.isfinite(reward)
+    return is_finite_number(reward)
 
 
 def reused_outcome(spec: TrialSpec, record: dict[str, Any], *, from_shard: bool = False) -> TrialOutcome | None:
@@ -195,7 +197,7 @@ def reused_outcome(spec: TrialSpec, record: dict[str, Any], *, from_shard: bool 
         spec,
         reward=float(reward),
         answer=answer,
-        attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 0 else 1,
+        attempts=attempts if is_int(attempts) and attempts > 0 else 1,
         agent=name if isinstance(name, str) else spec.agent,
         tokens=token_usage(record),
         latency_s=_recorded_latency(record) if from_shard else 0.0,
@@ -205,6 +207,6 @@ def reused_outcome(spec: TrialSpec, record: dict[str, Any], *, from_shard: bool 
 
 def _recorded_latency(record: dict[str, Any]) -> float:
     latency = record.get("_pytest_gym_latency_s")
-    if isinstance(latency, bool) or not isinstance(latency, (int, float)):
+    if not is_number(latency):
         return 0.0
     return float(latency) if math.isfinite(latency) and latency >= 0 else 0.0
