@@ -43,6 +43,14 @@ from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount, parse_error_budget
+from pytest_gym.runfolder.layout import (
+    BENCHMARK_METRICS_FILE,
+    NO_MODEL_CASSETTE,
+    REPORT_FILE,
+    RUN_INFO_FILE,
+    RUN_STARTED_FILE,
+    SUMMARY_FILE,
+)
 from pytest_gym.runfolder.location import check_run_dir_unused, new_run_dir
 from pytest_gym.runfolder.merge import (
     MergeError,
@@ -55,7 +63,6 @@ from pytest_gym.runfolder.merge import (
     write_merged,
 )
 from pytest_gym.runfolder.runinfo import (
-    RUN_INFO_FILE,
     Reusable,
     dataset_entries,
     file_sha256,
@@ -64,7 +71,7 @@ from pytest_gym.runfolder.runinfo import (
     write_run_info,
 )
 from pytest_gym.runfolder.scrub import scrub_run_folder
-from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
+from pytest_gym.runfolder.summary import write_summary
 from pytest_gym.runner.run import GymRun
 from pytest_gym.runner.server import GymServer
 from pytest_gym.suitefile import suite_settings
@@ -82,14 +89,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 SESSION_KEY = pytest.StashKey["GymSession"]()
-#: The HTML report in the run folder.
-REPORT_FILE = "report.html"
-#: When a run with --gym-run-timeout started (seconds since the epoch): xdist workers read the owner's.
-RUN_STARTED_FILE = "run_started"
-#: Gym's own aggregate metrics for each benchmark suite.
-BENCHMARK_METRICS_FILE = "gym_benchmark_metrics.json"
-#: --gym-rescore: the empty cassette Gym's model points at (a replay server that refuses every call).
-NO_MODEL_CASSETTE = "rescore_no_model.jsonl"
 #: Run-folder files handed to exporters (the ones that exist).
 ARTIFACTS = (
     "rollouts.jsonl",
@@ -367,7 +366,7 @@ class GymSession:
     def _check_rescore(settings: GymSettings) -> None:
         """--gym-rescore RUN_DIR must be a run folder with saved answers; it replaces rolling out, nothing else."""
         from pytest_gym.core.jsonl import read_jsonl
-        from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE
+        from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE
 
         source = Path(settings.rescore or "")
         fix = "give the run folder of an earlier pytest-gym (or `gym eval run`) run"

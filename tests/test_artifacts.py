@@ -18,11 +18,8 @@ import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.rollouts import (
-    AGGREGATE_FILE,
-    FAILURES_FILE,
-    MATERIALIZED_FILE,
-    ROLLOUTS_FILE,
     EnvironmentServer,
     RunFolderWriter,
     aggregate_entry,

@@ -25,6 +25,7 @@ CHEAP = {
     "pytest_gym.core.dataset",
     "pytest_gym.core.masking",
     "pytest_gym.runfolder",
+    "pytest_gym.runfolder.layout",
     "pytest_gym.runfolder.location",
 }
 #: Third-party packages only a used plugin needs (the roots of their module names).

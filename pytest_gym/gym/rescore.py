@@ -29,23 +29,13 @@ from pytest_gym.core.numbers import is_finite_number, is_int, is_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.judge.paired import Rule, task_passes
 from pytest_gym.rollout.http import FetchError, fetch
-from pytest_gym.runfolder.rollouts import (
-    AGENT_REF_KEY,
-    MATERIALIZED_FILE,
-    ROLLOUT_ID_KEY,
-    ROLLOUT_INDEX_KEY,
-    ROLLOUTS_FILE,
-    TASK_INDEX_KEY,
-    trial_key,
-)
+from pytest_gym.runfolder.layout import MATERIALIZED_FILE, RESCORE_INFO_FILE, RESCORED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.rollouts import AGENT_REF_KEY, ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, trial_key
 
 RESOURCES_TYPE = "resources_servers"
-RESCORED_FILE = "rescored.jsonl"
 #: In a ``rescored.jsonl`` line: why that rollout has no new reward.
 ERROR_KEY = "_pytest_gym_rescore_error"
 TASK_HASH_KEY = "_pytest_gym_task_hash"
-#: This run's re-score in brief (source, what moved, or the error that stopped it): every xdist worker reads it.
-RESCORE_INFO_FILE = "rescore.json"
 #: Keys of a rollout that the verifier needs besides the request (Gym's reverify copies the same two).
 _VERIFIER_INPUTS = ("deliverables_dir", "reference_ids")
 

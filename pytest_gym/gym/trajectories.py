@@ -28,18 +28,9 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import Masker, clean_text
-from pytest_gym.runfolder.rollouts import (
-    MATERIALIZED_FILE,
-    ROLLOUT_INDEX_KEY,
-    ROLLOUTS_FILE,
-    TASK_INDEX_KEY,
-    EnvironmentServer,
-    encode_record,
-    trial_key,
-)
+from pytest_gym.runfolder.layout import CAPTURE_DIR, MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.rollouts import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, EnvironmentServer, encode_record, trial_key
 
-#: The capture folder inside the run folder (Gym needs it absolute).
-CAPTURE_DIR = "model_calls"
 #: Keys a finalized record carries; a record that has them is left alone (reused by --gym-resume).
 FINALIZED_KEY = "ng_model_call_capture"
 _TIMEOUT_S = 600.0

@@ -47,11 +47,16 @@ from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
 from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats
-from pytest_gym.runfolder.rollouts import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE
-from pytest_gym.runfolder.summary import SUMMARY_FILE
+from pytest_gym.runfolder.layout import (
+    AGGREGATE_FILE,
+    FAILURES_FILE,
+    MATERIALIZED_FILE,
+    REPORT_FILE,
+    ROLLOUTS_FILE,
+    RUN_INFO_FILE,
+    SUMMARY_FILE,
+)
 
-REPORT_FILE = "report.html"
 #: Version of the embedded data's shape (the page's script reads it).
 SCHEMA = 1
 #: Key stamped on every record by RunFolderWriter: the trial's latency in seconds.

@@ -23,23 +23,9 @@ from typing import Any
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.shard import shard_of
 from pytest_gym.runfolder.aggregate import aggregate_metrics
-from pytest_gym.runfolder.rollouts import (
-    AGGREGATE_FILE,
-    FAILURES_FILE,
-    MATERIALIZED_FILE,
-    ROLLOUTS_FILE,
-    aggregate_entry,
-    aggregate_request_from_records,
-    write_aggregate_metrics,
-)
-from pytest_gym.runfolder.runinfo import (
-    RUN_INFO_FILE,
-    Reusable,
-    basis_differences,
-    file_sha256,
-    read_run_info,
-    write_run_info,
-)
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.rollouts import aggregate_entry, aggregate_request_from_records, write_aggregate_metrics
+from pytest_gym.runfolder.runinfo import Reusable, basis_differences, file_sha256, read_run_info, write_run_info
 
 Key = tuple[str, int]
 _SHOW = 5

@@ -45,11 +45,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.masking import MAX_DEPTH, MAX_FIELD, Masker, clean_text, json_depth_exceeds, mask_data
 from pytest_gym.core.outcome import TrialOutcome
-
-ROLLOUTS_FILE = "rollouts.jsonl"
-FAILURES_FILE = "rollouts_failures.jsonl"
-MATERIALIZED_FILE = "rollouts_materialized_inputs.jsonl"
-AGGREGATE_FILE = "rollouts_aggregate_metrics.json"
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 
 TASK_INDEX_KEY = "_ng_task_index"
 ROLLOUT_INDEX_KEY = "_ng_rollout_index"

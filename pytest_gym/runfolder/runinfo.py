@@ -22,9 +22,8 @@ from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_data
 from pytest_gym.core.numbers import is_finite_number, is_int, is_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE
 
-RUN_INFO_FILE = "pytest_gym_run.json"
 #: Fields the run folder adds to Gym's answer (``pytest_gym.runfolder.rollouts``), besides ``_pytest_gym_*``.
 _FOLDER_STAMPS = frozenset({"_ng_environment_server", "_ng_result_type"})
 
