@@ -56,18 +56,17 @@ from pytest_gym.runfolder.merge import (
     MergeError,
     MissingTrial,
     ShardRecords,
-    failed_outcome,
     index_shards,
     missing_message,
     read_shard_folders,
     write_merged,
 )
+from pytest_gym.runfolder.records import outcome_from_failure, outcome_from_rollout
 from pytest_gym.runfolder.runinfo import (
     Reusable,
     dataset_entries,
     file_sha256,
     load_reusable,
-    reused_outcome,
     write_run_info,
 )
 from pytest_gym.runfolder.scrub import scrub_run_folder
@@ -655,7 +654,8 @@ class GymSession:
         spec = item.spec
         state = self._trial_state(item.session)
         record = state.reusable.take(spec.task.hash, spec.repeat) if state.reusable else None
-        outcome = reused_outcome(spec, record, from_shard=self.merged is not None) if record else None
+        from_shard = self.merged is not None
+        outcome = outcome_from_rollout(spec, record, reused=not from_shard, keep_latency=from_shard) if record else None
         if state.rescored is not None:
             outcome = state.rescored.outcome(spec)  # no rollout: the saved answer, verified again
             self.run.open_writer().record(outcome)
@@ -742,7 +742,7 @@ class GymSession:
         assert self.merged is not None
         failure = self.merged.failure(spec.task.hash, spec.repeat)
         if failure is not None:
-            return failed_outcome(spec, failure)
+            return outcome_from_failure(spec, failure)
         pytest.fail(
             missing_message(
                 [MissingTrial(spec.nodeid, spec.task.hash, spec.repeat)],
