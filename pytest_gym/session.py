@@ -13,7 +13,6 @@ workers send their notes back through ``workeroutput`` (see ``pytest_gym.xdist_h
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -39,20 +38,11 @@ from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.layout import (
-    AGGREGATE_FILE,
-    BENCHMARK_METRICS_FILE,
-    FAILURES_FILE,
-    GYM_LOG,
-    MATERIALIZED_FILE,
-    POLICY_LOG,
-    PREPARE_LOG,
-    REPORT_FILE,
-    ROLLOUTS_FILE,
+    EXPORTED_FILES,
     RUN_INFO_FILE,
     RUN_STARTED_FILE,
-    SUMMARY_FILE,
 )
-from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged
+from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
 from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
@@ -68,19 +58,6 @@ if TYPE_CHECKING:
     from pytest_gym.runfolder.merge import ShardRecords
 
 T = TypeVar("T")
-#: Run-folder files handed to exporters (the ones that exist).
-ARTIFACTS = (
-    ROLLOUTS_FILE,
-    FAILURES_FILE,
-    MATERIALIZED_FILE,
-    AGGREGATE_FILE,
-    SUMMARY_FILE,
-    REPORT_FILE,
-    GYM_LOG,
-    PREPARE_LOG,
-    BENCHMARK_METRICS_FILE,
-    POLICY_LOG,
-)
 
 
 def settings_of(config: pytest.Config) -> GymSettings:
@@ -492,7 +469,11 @@ class GymSession:
             return
         entries = None
         if self.merged is not None:
-            self._step("writing the merged run folder", self._write_merged, results)
+            judged = {(task_hash, repeat) for _, task_hash, repeat in results.trials}
+            for note in (
+                self._step("writing the merged run folder", write_merged_run, self.merged, self.run_dir, judged) or []
+            ):
+                self.add_note(note)
         else:
             entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
         self._collect_run_notes()
@@ -500,7 +481,8 @@ class GymSession:
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # no verdict is not a pass
         self.verdicts = verdicts = verdicts or []
-        deferred = self._defer(verdicts)
+        deferred = self.suites.defer(verdicts) if self.deferred else {}
+        self.deferred_gates = {suite: labels for suite, (labels, _) in deferred.items()}
         if self.shard is not None and not self.deferred:
             self.add_note(
                 f"gates and baselines judged on shard {self.shard}'s part of the suite (--gym-shard-verdicts)"
@@ -517,7 +499,11 @@ class GymSession:
         self.summary = summary
         self._step("writing the summary", write_summary, self.run_dir, summary, self.settings.summary)
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
-        self._write_html()
+        from pytest_gym.report.html import write_html
+
+        html_note = write_html(self.run_dir, self.settings.baseline, self.settings.html)
+        if html_note:
+            self.add_note(html_note)
         failed = False
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
         session.testscollected += sum(len(labels) + has_baseline for labels, has_baseline in deferred.values())
@@ -538,46 +524,6 @@ class GymSession:
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _defer(self, verdicts: list[SuiteVerdict]) -> dict[str, tuple[list[str], bool]]:
-        """In a shard: take the gates out of the verdicts (judged at the merge); per suite, their labels and
-        whether a baseline waits too."""
-        if not self.deferred:
-            return {}
-        deferred = {}
-        for verdict in verdicts:
-            settings, _ = self.suites.suite_settings(verdict.suite)
-            compares = bool(settings.baseline) and not settings.update_baseline  # the check that would be a test
-            deferred[verdict.suite] = ([g.gate.label for g in verdict.gates], compares)
-            verdict.gates = []
-        self.deferred_gates = {suite: labels for suite, (labels, _) in deferred.items()}
-        return deferred
-
-    def _write_merged(self, results: SuiteResults) -> None:
-        """--gym-merge: this run's folder gets the judged trials of the shards, in Gym's layout."""
-        assert self.merged is not None
-        judged = {(task_hash, repeat) for _, task_hash, repeat in results.trials}
-        try:
-            merged = write_merged(self.merged, self.run.run_dir, judged.__contains__)
-        except OSError as exc:
-            self.add_note(f"merge: the merged run folder could not be written: {exc}")
-            return
-        finally:
-            self.merged.close()
-        for note in merged.notes:
-            self.add_note(note)
-
-    def _write_html(self) -> None:
-        """The run's HTML report (``report.html`` in the run folder, and at ``--gym-html``)."""
-        from pytest_gym.report.html import build_report
-
-        try:
-            page = build_report(self.run.run_dir, baseline=self.settings.baseline)
-            if self.settings.html:
-                Path(self.settings.html).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(page, self.settings.html)
-        except (OSError, ValueError) as exc:
-            self.add_note(f"the HTML report could not be written: {type(exc).__name__}: {exc}")
-
     def _collect_run_notes(self) -> None:
         for note in self.run.notes:
             self.add_note(note)
@@ -592,12 +538,13 @@ class GymSession:
 
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""
-        run_dir = self.run.run_dir
         self._scrub()  # what the exporters upload is masked by now (Gym still runs: masked again at its stop)
-        artifacts = [run_dir / name for name in ARTIFACTS if (run_dir / name).is_file()]
-        run = ExportRun.from_run_dir(run_dir, self.settings.model_dump(mode="json"), int(session.exitstatus), artifacts)
-        for returned in self.config.hook.pytest_gym_export(run=run, config=self.config):
-            self.exports.extend(_export_pairs(returned))
+        artifacts = [self.run_dir / name for name in EXPORTED_FILES if (self.run_dir / name).is_file()]
+        settings = self.settings.model_dump(mode="json")
+        run = ExportRun.from_run_dir(self.run_dir, settings, int(session.exitstatus), artifacts)
+        from pytest_gym.exporters.registry import export_run
+
+        self.exports = export_run(self.config.hook.pytest_gym_export, run, self.config)
         failed = any(result.status == "failed" for _, result in self.exports)
         if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -644,11 +591,3 @@ class GymSession:
         if self.merged is not None:
             self.merged.close()
         self._stop_gym()
-
-
-def _export_pairs(returned: Any) -> list[tuple[str, ExportResult]]:
-    if isinstance(returned, ExportResult):
-        return [("export", returned)]
-    if isinstance(returned, list):
-        return [(str(name), result) for name, result in returned if isinstance(result, ExportResult)]
-    return []

@@ -169,6 +169,17 @@ class Suites:
         )
         return settings, usage_gates(settings.gate, f"suite file {path}")
 
+    def defer(self, verdicts: list[SuiteVerdict]) -> dict[str, tuple[list[str], bool]]:
+        """In a shard: take the gates out of the verdicts (judged at the merge); per suite, their labels and
+        whether a baseline waits too."""
+        deferred = {}
+        for verdict in verdicts:
+            settings, _ = self.suite_settings(verdict.suite)
+            compares = bool(settings.baseline) and not settings.update_baseline  # the check that would be a test
+            deferred[verdict.suite] = ([g.gate.label for g in verdict.gates], compares)
+            verdict.gates = []
+        return deferred
+
     def benchmark_of(self, suite: str) -> tuple[str, str | None] | None:
         """(benchmark, agent) of a benchmark suite: --gym-benchmark's, or a suite file's ``benchmark:``."""
         if suite in self.benchmark_suites:

@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import re
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -831,3 +832,15 @@ def _summary_entry(entry: SuiteSummary) -> dict[str, Any]:
         "flaky_tasks": [task.model_dump() for task in entry.flaky_tasks],
         "flaky": extra.get("flaky"),
     }
+
+
+def write_html(run_dir: Path, baseline: Baselines = None, copy_to: str | None = None) -> str | None:
+    """The run's page in its folder (and a copy at ``copy_to``, ``--gym-html``); a note when it cannot be written."""
+    try:
+        page = build_report(run_dir, baseline=baseline)
+        if copy_to:
+            Path(copy_to).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(page, copy_to)
+    except (OSError, ValueError) as exc:
+        return f"the HTML report could not be written: {type(exc).__name__}: {exc}"
+    return None
