@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pytest_gym.core.access import HOW_TO_PASS_HEADERS, GymAccess, gym_access, header_problem
 from pytest_gym.core.masking import POLICY_KEY_ENV
 from pytest_gym.core.options import SPECS, Spec
+from pytest_gym.core.tracing import trace_url_problem, tracestate_problem
 
 
 class GymSettings(BaseModel):
@@ -91,6 +92,12 @@ class GymSettings(BaseModel):
     # -- a Gym on another host (issue 15): header values come from the environment (core.access)
     header: tuple[str, ...] = Field((), description="NAME=ENVVAR")
     ca_file: str | None = None
+    # -- Gym-native depth (issue 25)
+    health_check: Literal["on", "off"] = "on"
+    trace_url: str | None = None
+    tracestate: str | None = None
+    concurrency_adaptive: Literal["on", "off"] = "on"
+    agent_type: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$")
 
     @property
     def starts_gym(self) -> bool:
@@ -106,6 +113,22 @@ class GymSettings(BaseModel):
         problem = value and url_credentials(value)
         if problem:
             raise ValueError(f"holds a credential ({problem}); {HOW_TO_PASS_KEYS}")
+        return value
+
+    @field_validator("trace_url")
+    @classmethod
+    def _trace_url(cls, value: str | None) -> str | None:
+        problem = value and (trace_url_problem(value) or url_credentials(value))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("tracestate")
+    @classmethod
+    def _tracestate(cls, value: str | None) -> str | None:
+        problem = value and tracestate_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("env")

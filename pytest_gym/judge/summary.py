@@ -147,6 +147,26 @@ class SuiteSummary(_Model):
         return data
 
 
+class ConcurrencySummary(_Model):
+    """What the run met of rate limits: answers 429/503, and the concurrency limit over time."""
+
+    adaptive: bool = False
+    #: --gym-concurrency: the limit's ceiling.
+    ceiling: int = 0
+    #: Answers 429 (too many requests) and 503 (unavailable) to /run, over all processes of the run.
+    throttled: int = 0
+    status_429: int = 0
+    status_503: int = 0
+    #: The lowest limit the run came down to, and the limit at its end.
+    lowest: int | None = None
+    final: int | None = None
+    #: [seconds since the first rollout, limit] at each change (bounded: at most ``MAX_TIMELINE`` points).
+    timeline: list[list[float]] = Field(default_factory=list)
+
+
+MAX_TIMELINE = 200
+
+
 class RunSummary(_Model):
     """``pytest_gym_summary.json``: every suite of the run, and what the run noted."""
 
@@ -160,11 +180,17 @@ class RunSummary(_Model):
     merged_from: list[str] | None = None
     #: --gym-rescore: what the verifier change moved.
     rescore: dict[str, Any] | None = None
+    #: --gym-trace-url: the template of a link to a trial's trace (``{trace_id}``).
+    trace_url: str | None = None
+    #: Rate limits met and the adaptive concurrency limit over time (``rollout.adaptive``).
+    concurrency: ConcurrencySummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"run_dir": self.run_dir, "suites": {n: s.to_json() for n, s in self.suites.items()}}
         data["notes"] = list(self.notes)
-        for key in ("shard", "verdicts", "merged_from", "rescore"):
+        if self.concurrency is not None:
+            data["concurrency"] = self.concurrency.model_dump(mode="json")
+        for key in ("shard", "verdicts", "merged_from", "rescore", "trace_url"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         data.update(self.model_extra or {})

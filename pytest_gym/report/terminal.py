@@ -6,7 +6,7 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import RunSummary, SuiteSummary, TaskRef, TotalsSummary
 
 _SHOW_FAILURES = 5
 
@@ -98,6 +98,19 @@ def summary_lines(
         elif s.baseline_note:
             lines.append(f"  {s.baseline_note}")
     return lines
+
+
+def run_lines(summary: RunSummary | None) -> list[str]:
+    """Lines about the run as a whole: the rate limits it met and its concurrency limit."""
+    c = summary.concurrency if summary is not None else None
+    if c is None:
+        return []
+    line = f"concurrency: {c.throttled} answers 429/503 (429: {c.status_429}, 503: {c.status_503})"
+    if c.adaptive and c.lowest is not None:
+        line += f"; adaptive limit {c.ceiling} -> lowest {c.lowest}, {c.final} at the end ({len(c.timeline)} changes)"
+    elif not c.adaptive:
+        line += f"; fixed limit {c.ceiling} (--gym-concurrency-adaptive off)"
+    return [line]
 
 
 def write_section(

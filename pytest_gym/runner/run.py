@@ -27,8 +27,9 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
+from pytest_gym.judge.summary import ConcurrencySummary
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
-from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_INFO_FILE
 from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
     aggregate_answer,
@@ -107,6 +108,7 @@ class GymRun:
                 self._record_attached(endpoint)
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
             self.server = GymServer(endpoint, self.settings, default_agent, self.access)
+            from pytest_gym.rollout.adaptive import make_limit
             from pytest_gym.rollout.dispatcher import Dispatcher
 
             self.dispatcher = Dispatcher(
@@ -119,6 +121,13 @@ class GymRun:
                 retries=self.settings.retries,
                 skip=skip,
                 access=self.access,
+                tracestate=self.settings.tracestate,
+                limit=make_limit(
+                    self.run_dir,
+                    self.settings.concurrency,
+                    adaptive=self.settings.concurrency_adaptive == "on",
+                    shared=self.worker is not None,
+                ),
             )
             writer = self.open_writer()
             writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type
@@ -166,6 +175,21 @@ class GymRun:
             write_run_info(self.run_dir, self.settings)
             self.writer = RunFolderWriter(self.run_dir)
         return self.writer
+
+    def write_shard_info(self, shard: str, datasets: list[dict[str, str]], rootdir: Path) -> None:
+        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
+        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
+        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
+        write_run_info(
+            self.run_dir, self.settings, shard=shard, repeats=self.settings.repeats, datasets=datasets,
+            rootdir=str(rootdir),
+        )  # fmt: skip
+
+    def concurrency_summary(self) -> ConcurrencySummary | None:
+        """Rate limits the run met and its concurrency limit over time (from the run folder: every process's)."""
+        from pytest_gym.rollout.adaptive import summarize
+
+        return summarize(self.run_dir, self.settings.concurrency, self.settings.concurrency_adaptive == "on")
 
     def _record_attached(self, endpoint: GymEndpoint) -> None:
         target = self.run_dir / ATTACHED_FILE
