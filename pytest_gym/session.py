@@ -250,6 +250,7 @@ class GymSession:
             self._step("recording the task ranges", self.suites.record_task_ranges)
             if self.owner:
                 self.run.start_trajectories()
+                self.run.start_health_check()
 
     # -- re-scoring an earlier run -------------------------------------------------------------------
 
@@ -462,6 +463,9 @@ class GymSession:
                 self.add_note(note)
         else:
             entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
+        if self.settings.health_check == "on":  # after the trajectory step: Gym's checks read its records
+            results.health_on = True
+            results.apply_health(self._step("Gym's health checks", self._health_checks) or {})
         self._collect_run_notes()
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
@@ -515,6 +519,11 @@ class GymSession:
             self.add_note(note)
         self.run.notes.clear()
 
+    def _health_checks(self) -> dict[tuple[str, str, int], tuple[str, tuple[str, ...]]]:
+        assert self.results is not None
+        verdicts, self.results.health_note = self.run.health_checks()
+        return verdicts
+
     def _run_extras(self) -> dict[str, Any]:
         """What the summary says of the run beyond its suites: the trace link template, the rate limits met."""
         return {"trace_url": self.settings.trace_url, "concurrency": self.run.concurrency_summary()}
@@ -524,7 +533,8 @@ class GymSession:
         if not xmlpath or not Path(xmlpath).exists():
             return
         suites = {name: flat_properties(suite) for name, suite in (self.summary.suites if self.summary else {}).items()}
-        postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True)
+        health = self.results.health_properties() if self.results is not None else {}
+        postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True, case_properties=health)
 
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from pytest_gym.judge.baseline import Comparison
+from pytest_gym.judge.health import SuiteHealth
 from pytest_gym.judge.intervals import tasks_needed
 from pytest_gym.judge.stats import SuiteStats
 
@@ -28,21 +29,23 @@ Metric = Literal[
     "ci_high(mean_reward)",
     "new_failures",
     "fixed",
+    "health_clean_rate",
+    "unhealthy_trials",
 ]
 Op = Literal[">=", ">", "<=", "<"]
 
 GRAMMAR = """\
   grammar:  <metric> <op> <number>   (spaces optional)
     metric: mean_reward | pass@K | pass^K | error_rate | flaky_rate | ci_low(mean_reward) |
-            ci_high(mean_reward) | new_failures | fixed   (K: a positive integer; the last two
-            count tasks against --gym-baseline)
+            ci_high(mean_reward) | new_failures | fixed | health_clean_rate | unhealthy_trials
+            (K: a positive integer; new_failures and fixed count tasks against --gym-baseline)
     op:     >= | > | <= | <
     number: a finite decimal such as 0.8, 1, 5e-2
   examples: "mean_reward >= 0.8", "pass@4>=0.9", "pass^2 > 0.5", "error_rate <= 0.05", \
 "ci_low(mean_reward) >= 0.7", "new_failures <= 0", "flaky_rate <= 0.1\""""
 
 _METRIC = re.compile(
-    r"(?P<plain>mean_reward|error_rate|flaky_rate|new_failures|fixed)"
+    r"(?P<plain>mean_reward|error_rate|flaky_rate|new_failures|fixed|health_clean_rate|unhealthy_trials)"
     r"|ci_(?P<bound>low|high)\s*\(\s*mean_reward\s*\)"
     r"|pass(?P<kind>[@^])(?P<k>[0-9]+)"
 )
@@ -172,6 +175,19 @@ def _format_value(value: float, threshold: float) -> str:
 NO_BASELINE = "no baseline to compare with (give --gym-baseline FILE)"
 
 
+HEALTH_METRICS = frozenset({"health_clean_rate", "unhealthy_trials"})
+NO_HEALTH = "Gym's health checks did not run (--gym-health-check off)"
+
+
+def _measure_health(gate: Gate, health: SuiteHealth | None) -> tuple[float | None, str]:
+    if health is None:
+        return None, NO_HEALTH
+    if gate.metric == "unhealthy_trials":
+        return (float(health.unhealthy), "") if health.checked else (None, health.why_unmeasured())
+    rate = health.clean_rate
+    return (rate, "") if rate is not None else (None, health.why_unmeasured())
+
+
 def _measure(
     gate: Gate, stats: SuiteStats, comparison: Comparison | None, no_comparison: str
 ) -> tuple[float | None, str]:
@@ -218,17 +234,25 @@ def _needed(gate: Gate, stats: SuiteStats) -> tuple[bool, int | None]:
 
 
 def evaluate(
-    gate: Gate, stats: SuiteStats, comparison: Comparison | None = None, no_comparison: str = NO_BASELINE
+    gate: Gate,
+    stats: SuiteStats,
+    comparison: Comparison | None = None,
+    no_comparison: str = NO_BASELINE,
+    health: SuiteHealth | None = None,
 ) -> GateResult:
     """Judge one gate; a metric that cannot be measured fails the gate rather than passing it silently.
 
     ``comparison`` (against the baseline) is what ``new_failures`` and ``fixed`` count; without one
-    they fail with ``no_comparison`` as the reason.
+    they fail with ``no_comparison`` as the reason. ``health`` is what the health metrics read (a trial
+    with broken evidence is an error, so they are measured even when no trial produced a reward).
     """
-    if stats.trials == 0:
+    if gate.metric in HEALTH_METRICS:
+        value, why_not = _measure_health(gate, health)
+    elif stats.trials == 0:
         why = f" ({stats.errors} errored)" if stats.errors else ""
         return GateResult(gate, None, False, f"{gate.label}: no trial produced a reward{why}")
-    value, why_not = _measure(gate, stats, comparison, no_comparison)
+    else:
+        value, why_not = _measure(gate, stats, comparison, no_comparison)
     if value is None:
         return GateResult(gate, None, False, f"{gate.label}: {why_not}")
     passed = _OPS[gate.op](value, gate.threshold)

@@ -20,7 +20,19 @@ MAX_K = 10_000
 
 
 #: Suite sections left out of the JSON when they do not apply (as the summary always did).
-_OPTIONAL_SECTIONS = ("baseline", "totals", "baseline_note", "ci_note", "gates_deferred", "narrowed")
+_OPTIONAL_SECTIONS = (
+    "baseline",
+    "totals",
+    "baseline_note",
+    "ci_note",
+    "gates_deferred",
+    "narrowed",
+    "health_clean_rate",
+    "unhealthy_trials",
+    "health_unobserved",
+    "health_checks",
+    "health_note",
+)
 
 
 class _Model(BaseModel):
@@ -120,6 +132,13 @@ class SuiteSummary(_Model):
     baseline_note: str | None = None
     #: Only the selected trials counted (-k, -m, --deselect, --lf narrowed the suite).
     narrowed: bool = False
+    #: Gym's health checks (``judge.health``): the share of checked trials whose evidence is clean, the unhealthy
+    #: ones, the ones with nothing to check, trials per check that fired, and why the checks did not run.
+    health_clean_rate: float | None = None
+    unhealthy_trials: int | None = None
+    health_unobserved: int | None = None
+    health_checks: dict[str, int] = Field(default_factory=dict)
+    health_note: str | None = None
 
     @property
     def all_trials(self) -> int:
@@ -142,7 +161,8 @@ class SuiteSummary(_Model):
         """JSON form: numbers that are None stay (null: "not measured"); sections that do not apply are left out."""
         data: dict[str, Any] = self.model_dump(mode="json")
         for key in _OPTIONAL_SECTIONS:
-            if data.get(key) in (None, {}, False):
+            value = data.get(key)
+            if value is None or value == {} or value is False:  # a count of 0 stays
                 data.pop(key, None)
         return data
 

@@ -68,6 +68,13 @@ def summary_lines(
             shown = ", ".join(t.shown for t in flaky[:_SHOW_FAILURES])
             more = f" and {len(flaky) - _SHOW_FAILURES} more" if len(flaky) > _SHOW_FAILURES else ""
             lines.append(f"  flaky ({len(flaky)} of {s.tasks} tasks, passed/trials): {shown}{more}")
+        if s.unhealthy_trials is not None:
+            rate = f"clean rate {_fmt(s.health_clean_rate)}" if s.health_clean_rate is not None else "nothing checked"
+            fired = ", ".join(f"{code} {n}" for code, n in s.health_checks.items())
+            lines.append(
+                f"  health: {rate}, {s.unhealthy_trials} unhealthy" + (f" ({fired})" if fired else "")
+                + f", {s.health_unobserved or 0} unobserved" + (f"; {s.health_note}" if s.health_note else "")
+            )  # fmt: skip
         for label, gate in s.gates.items():
             lines.append(f"  gate {label}: {'PASS' if gate.passed else 'FAIL'} ({gate.reason})")
         if deferred is not None:

@@ -122,6 +122,7 @@ class Dispatcher:
         access: GymAccess | None = None,
         tracestate: str | None = None,
         limit: Limit | None = None,
+        check_evidence: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.limit = limit
@@ -160,7 +161,16 @@ class Dispatcher:
         self._http = HTTPPool(access.headers, access.ssl_context)
         self._health = Health(endpoint, self._http, probe_timeout_s=min(5.0, trial_timeout))
         self._rollouts = Rollouts(
-            endpoint, self._http, self._health, trial_timeout, default_agent, retries, self.counts, tracestate, limit
+            endpoint,
+            self._http,
+            self._health,
+            trial_timeout,
+            default_agent,
+            retries,
+            self.counts,
+            tracestate,
+            limit,
+            check_evidence,
         )
         self._slots = _Slots(self.concurrency)
         self._progress: asyncio.Event | None = None

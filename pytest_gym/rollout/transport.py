@@ -25,6 +25,7 @@ from pytest_gym.core.numbers import is_finite_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.core.tracing import new_traceparent
 from pytest_gym.rollout.adaptive import Limit
+from pytest_gym.rollout.evidence import answer_checks, unhealthy_message
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
@@ -188,6 +189,7 @@ class Rollouts:
         counts: collections.Counter[str],
         tracestate: str | None = None,
         limit: Limit | None = None,
+        check_evidence: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.http = http
@@ -199,6 +201,8 @@ class Rollouts:
         self.tracestate = tracestate
         #: The run's concurrency limit, one permit per request (--gym-concurrency-adaptive); None: none.
         self.limit = limit
+        #: --gym-health-check: an answer whose evidence is broken makes the trial an error (``evidence``).
+        self.check_evidence = check_evidence
 
     def trace_headers(self, outcome: TrialOutcome) -> dict[str, str]:
         """The trial's W3C trace context, one trace per trial (every attempt carries it); its id on the outcome."""
@@ -238,8 +242,13 @@ class Rollouts:
         except (GymError, DatasetError, OSError) as exc:
             outcome.error_class, outcome.error = "setup", str(exc)
             return outcome
-        outcome.answer, outcome.reward, outcome.latency_s = answer, reward, latency
-        outcome.tokens = token_usage(answer)
+        outcome.latency_s, outcome.tokens = latency, token_usage(answer)
+        checks = answer_checks(answer) if self.check_evidence else ()
+        if checks:
+            outcome.health, outcome.error_class, outcome.error = checks, "unhealthy", unhealthy_message(checks)
+            outcome.answer = answer  # for the diagnostics; a fault has no reward
+            return outcome
+        outcome.answer, outcome.reward = answer, reward
         return outcome
 
     async def _post(

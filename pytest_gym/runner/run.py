@@ -29,7 +29,9 @@ from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_serv
 from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.judge.summary import ConcurrencySummary
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
+from pytest_gym.runfolder.health import read_run_health
 from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, read_records, stamps
 from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
     aggregate_answer,
@@ -41,6 +43,7 @@ from pytest_gym.runfolder.runinfo import write_run_info
 from pytest_gym.runner.server import GymServer
 
 if TYPE_CHECKING:
+    from pytest_gym.gym.healthcheck import HealthCheck
     from pytest_gym.gym.rescore import RescoreResult
     from pytest_gym.rollout.dispatcher import Dispatcher
 
@@ -65,6 +68,7 @@ class GymRun:
     notes: list[str] = field(default_factory=list)
     finalizer: Finalizer | None = None
     trajectories_done: bool = False
+    health_helper: HealthCheck | None = None
     _aggregate: concurrent.futures.Future[list[dict[str, Any]] | None] | None = field(
         default=None, init=False, repr=False
     )
@@ -128,6 +132,7 @@ class GymRun:
                     adaptive=self.settings.concurrency_adaptive == "on",
                     shared=self.worker is not None,
                 ),
+                check_evidence=self.settings.health_check == "on",
             )
             writer = self.open_writer()
             writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type
@@ -260,6 +265,61 @@ class GymRun:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
             return None
 
+    def start_health_check(self) -> None:
+        """Owner: start Gym's health-check helper now, so its imports overlap the trials (``--gym-health-check``)."""
+        if not self.owner or self.settings.health_check != "on" or self.health_helper is not None:
+            return
+        python = gym_python(self.settings.cli)
+        if python is None:
+            return  # said at the end, where it matters
+        from pytest_gym.gym.healthcheck import HealthCheck
+
+        self.health_helper = HealthCheck(python, self.run_dir)
+        try:
+            self.health_helper.start()
+        except OSError:
+            self.health_helper = None
+
+    def health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
+        """Owner, at the end: Gym's health checks on the run folder; (verdict and checks by (suite, task hash,
+        repeat), why they did not run). Never raises: what went wrong is the second value."""
+        helper, self.health_helper = self.health_helper, None
+        rollouts = read_records(self.run_dir / ROLLOUTS_FILE) if (self.run_dir / ROLLOUTS_FILE).is_file() else []
+        if not rollouts:
+            if helper is not None:
+                helper.close()
+            return {}, None
+        if helper is None:
+            python = gym_python(self.settings.cli)
+            if python is None:
+                why = (
+                    f"Gym's health checks did not run: Gym's interpreter was not found beside {self.settings.cli!r} "
+                    "(--gym-cli; in attach mode, install Gym here or point --gym-cli at it)"
+                )
+                self.notes.append(why)
+                return {}, why
+            from pytest_gym.gym.healthcheck import HealthCheck
+
+            helper = HealthCheck(python, self.run_dir)
+        try:
+            counts = helper.run(len(rollouts))
+        except (OSError, RuntimeError) as exc:
+            why = clean_text(f"Gym's health checks did not run: {exc}")
+            self.notes.append(why)
+            return {}, why
+        finally:
+            helper.close()
+        health = read_run_health(self.run_dir)
+        found = {}
+        for record in rollouts:
+            mine = stamps(record)
+            verdict = health.trials.get(str(record.get(ROLLOUT_ID_KEY)))
+            if verdict is not None and mine.suite and mine.task_hash and mine.repeat is not None:
+                found[(mine.suite, mine.task_hash, mine.repeat)] = (verdict.verdict, verdict.checks)
+        shown = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("healthy", "unhealthy", "unobserved"))
+        self.notes.append(f"Gym's health checks: {sum(counts.values())} rollouts checked, {shown}")
+        return found, None
+
     def start_trajectories(self) -> None:
         """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
         if not self.owner or self.settings.trajectories != "on" or not self.settings.starts_gym:
@@ -373,6 +433,9 @@ class GymRun:
         if self.finalizer is not None:
             self.finalizer.close()
             self.finalizer = None
+        if self.health_helper is not None:
+            self.health_helper.close()
+            self.health_helper = None
         if self.owner:
             self.notes.extend(release(self.settings, self.run_dir))
             ClaimBoard.remove_folder(self.run_dir / BOARD_DIR)

@@ -1,0 +1,43 @@
+"""Rollout health against a real Gym: a policy that answers nothing for some tasks makes those trials errors
+naming Gym's health check, Gym's own checks run on the run folder at the end (in Gym's interpreter), and a
+``health_clean_rate`` gate fails.
+
+Start mode, mcqa, the scripted policy answering ``\\boxed{E}`` except to the two rows about cystic fibrosis,
+which get empty text and no completion tokens (a broken endpoint).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import start_mode
+from pytest_gym.standins.policy import SCRIPT_ENV
+
+pytestmark = pytest.mark.gym
+
+
+def test_empty_answers_are_errors_naming_the_check_and_the_clean_rate_gate_fails(
+    pytester: pytest.Pytester, example: object, gym_cli: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SCRIPT_ENV, json.dumps({"empty_if": "cystic fibrosis"}))
+    result = pytester.runpytest_subprocess(
+        *start_mode(gym_cli, "--gym-gate", "health_clean_rate>=0.99", "--junitxml", "report.xml"), "-p", "no:randomly"
+    )
+    # rows 1-2: empty answers (errors); rows 4-5 expect E (pass); row 3 expects I (fails); the gate fails
+    result.assert_outcomes(passed=2, failed=2, errors=2)
+    out = result.stdout.str()
+    assert out.count("Gym infrastructure fault (unhealthy)") == 2, out
+    assert out.count("model_call_zero_completion_tokens (the model produced no completion tokens)") == 2
+    assert "Gym's health checks: 3 rollouts checked" in out  # Gym's own checks on the folder, in its interpreter
+    run = pytester.path / "run"
+    assert (run / "quality_summary.json").is_file() and (run / "rollout_verdicts.jsonl").is_file()
+    summary = json.loads((run / "pytest_gym_summary.json").read_text())["suites"]["example.jsonl"]
+    assert summary["unhealthy_trials"] >= 2 and summary["health_unobserved"] == 0
+    assert summary["health_clean_rate"] <= 3 / 5
+    gate = summary["gates"]["health_clean_rate>=0.99"]
+    assert gate["passed"] is False and gate["value"] == summary["health_clean_rate"]
+    junit = (pytester.path / "report.xml").read_text()
+    assert junit.count("[[PROPERTY|gym_health=model_call_zero_completion_tokens,agent_turn_hollow]]") == 2
+    assert junit.count("[[PROPERTY|gym_health_verdict=") == 3  # Gym's verdict on each rollout with an answer
