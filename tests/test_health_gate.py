@@ -58,13 +58,16 @@ def test_health_gates() -> None:
     assert (health.healthy, health.unhealthy, health.unobserved) == (2, 1, 1)
     assert health.by_check == {"agent_turn_hollow": 1}
     clean = evaluate(parse_gate("health_clean_rate>=0.99"), stats, health=health)
-    assert not clean.passed and clean.value == pytest.approx(2 / 3)
+    assert not clean.passed
+    assert clean.value == pytest.approx(2 / 3)
     assert evaluate(parse_gate("unhealthy_trials<=1"), stats, health=health).passed
     assert not evaluate(parse_gate("unhealthy_trials<1"), stats, health=health).passed
     unchecked = evaluate(parse_gate("health_clean_rate>=0.5"), stats, health=suite_health([(None, ())] * 3))
-    assert not unchecked.passed and "no trial's evidence was checked (3 unobserved)" in unchecked.reason
+    assert not unchecked.passed
+    assert "no trial's evidence was checked (3 unobserved)" in unchecked.reason
     off = evaluate(parse_gate("health_clean_rate>=0.5"), stats, health=None)
-    assert not off.passed and "--gym-health-check off" in off.reason
+    assert not off.passed
+    assert "--gym-health-check off" in off.reason
     # every trial errored on its answer: no reward anywhere, the health gates are still measured
     broken = suite_health([("unhealthy", ("agent_turn_hollow",))] * 2)
     no_rewards = suite_stats({"a": []}, 1.0, {"a": 2})
@@ -110,7 +113,8 @@ def test_broken_answers_are_errors_naming_the_check_and_fail_the_health_gate(
     assert "agent_turn_hollow" in out
     assert "Gym's health checks did not run: Gym's interpreter was not found beside '/nonexistent/gym'" in out
     summary = json.loads((pytester.path / "run" / "pytest_gym_summary.json").read_text())["suites"]["data.jsonl"]
-    assert summary["unhealthy_trials"] == 2 and summary["health_unobserved"] == 6
+    assert summary["unhealthy_trials"] == 2
+    assert summary["health_unobserved"] == 6
     assert summary["health_checks"] == {"agent_turn_hollow": 2, "model_call_zero_completion_tokens": 2}
     assert summary.get("health_clean_rate") is None  # Gym's own checks did not run: nothing is known clean
     assert summary["gates"]["unhealthy_trials<=0"]["passed"] is False

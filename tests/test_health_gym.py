@@ -32,12 +32,15 @@ def test_empty_answers_are_errors_naming_the_check_and_the_clean_rate_gate_fails
     assert out.count("model_call_zero_completion_tokens (the model produced no completion tokens)") == 2
     assert "Gym's health checks: 3 rollouts checked" in out  # Gym's own checks on the folder, in its interpreter
     run = pytester.path / "run"
-    assert (run / "quality_summary.json").is_file() and (run / "rollout_verdicts.jsonl").is_file()
+    assert (run / "quality_summary.json").is_file()
+    assert (run / "rollout_verdicts.jsonl").is_file()
     summary = json.loads((run / "pytest_gym_summary.json").read_text())["suites"]["example.jsonl"]
-    assert summary["unhealthy_trials"] >= 2 and summary["health_unobserved"] == 0
+    assert summary["unhealthy_trials"] >= 2
+    assert summary["health_unobserved"] == 0
     assert summary["health_clean_rate"] <= 3 / 5
     gate = summary["gates"]["health_clean_rate>=0.99"]
-    assert gate["passed"] is False and gate["value"] == summary["health_clean_rate"]
+    assert gate["passed"] is False
+    assert gate["value"] == summary["health_clean_rate"]
     junit = (pytester.path / "report.xml").read_text()
     assert junit.count("[[PROPERTY|gym_health=model_call_zero_completion_tokens,agent_turn_hollow]]") == 2
     assert junit.count("[[PROPERTY|gym_health_verdict=") == 3  # Gym's verdict on each rollout with an answer

@@ -25,12 +25,16 @@ def test_a_traceparent_is_w3c_and_new_each_time() -> None:
     for _ in range(200):
         header, trace_id = new_traceparent()
         match = TRACEPARENT.fullmatch(header)
-        assert match is not None and match["trace_id"] == trace_id and match["flags"] == "01"
-        assert trace_id != "0" * 32 and match["parent_id"] != "0" * 16
+        assert match is not None
+        assert match["trace_id"] == trace_id
+        assert match["flags"] == "01"
+        assert trace_id != "0" * 32
+        assert match["parent_id"] != "0" * 16
         seen.add(trace_id)
     assert len(seen) == 200
     assert trace_link(TEMPLATE, trace_id) == f"https://jaeger.example/trace/{trace_id}"
-    assert trace_link(TEMPLATE, "not-an-id") is None and trace_link(None, trace_id) is None
+    assert trace_link(TEMPLATE, "not-an-id") is None
+    assert trace_link(None, trace_id) is None
 
 
 @pytest.mark.parametrize(
@@ -65,7 +69,8 @@ def test_one_trace_per_trial_seen_by_gym_and_named_in_junit(
     runs = [r for r in gym.log if r.route == "/run"]
     assert len(runs) == 12
     parents = [r.headers["traceparent"] for r in runs]
-    assert len(set(parents)) == 12 and all(TRACEPARENT.fullmatch(p) for p in parents)
+    assert len(set(parents)) == 12
+    assert all(TRACEPARENT.fullmatch(p) for p in parents)
     assert {r.headers["tracestate"] for r in runs} == {"pytestgym=ci-42"}
     sent = {TRACEPARENT.fullmatch(p)["trace_id"] for p in parents}  # type: ignore[index]
 

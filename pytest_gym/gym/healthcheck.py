@@ -60,7 +60,7 @@ class HealthCheck:
         )
 
     def run(self, records: int) -> dict[str, int]:
-        """Check the folder's rollouts (Gym writes its reports there); Gym's verdict counts. RuntimeError says why not."""
+        """Check the folder's rollouts (Gym writes its reports there); Gym's verdict counts, or RuntimeError."""
         if self.proc is None:
             self.start()
         assert self.proc is not None

@@ -18,10 +18,10 @@ Routes (with or without the ``/v1`` prefix):
 Faults can be scheduled (``fault_every`` calls, ``fault_mode`` one of
 ``status``, ``hang``, ``garbage``) so that retry and timeout paths are testable
 against a real Gym. ``answers`` (a list) makes call N answer ``answers[(N-1) % len]``, so repeats
-differ; ``empty_if`` answers empty text with no completion tokens to requests holding that text (a broken
-endpoint, for the health checks); ``tool_name`` makes the first turn a function call (the turn after its output is answered
-with text), and ``"stream": true`` requests get Server-Sent Events, so that recording and replay of
-tool calls and streams are testable.
+differ; ``empty_if`` answers empty text with no completion tokens to requests holding that text (a
+broken endpoint, for the health checks); ``tool_name`` makes the first turn a function call (the turn
+after its output is answered with text), and ``"stream": true`` requests get Server-Sent Events, so that
+recording and replay of tool calls and streams are testable.
 """
 
 from __future__ import annotations
