@@ -120,6 +120,7 @@ def test_a_rate_limited_provider_meets_few_429s_and_no_trial_errors(
     gym, handler = provider
     result = run_throttled(pytester, gym, *xdist)
     result.assert_outcomes(passed=200)
+    print(f"adaptive, {' '.join(xdist)}: {handler.throttled} answers 429 over 200 trials")  # seen with -s
     assert handler.served == 200
     assert handler.throttled <= 40, handler.throttled
     summary = json.loads((pytester.path / "run" / "pytest_gym_summary.json").read_text())["concurrency"]
@@ -139,6 +140,7 @@ def test_a_fixed_concurrency_is_kept_when_adaptation_is_off(
     gym, handler = provider
     result = run_throttled(pytester, gym, "--gym-concurrency-adaptive", "off")
     result.assert_outcomes(passed=200)
+    print(f"fixed: {handler.throttled} answers 429 over 200 trials")  # seen with -s
     summary = json.loads((pytester.path / "run" / "pytest_gym_summary.json").read_text())["concurrency"]
     assert summary["adaptive"] is False
     assert summary["timeline"] == []

@@ -48,6 +48,8 @@ def rollout_basis(settings: GymSettings) -> dict[str, Any]:
         basis["bind_resources_server"] = settings.bind_resources_server
     if settings.benchmark:
         basis["benchmark"] = sorted(settings.benchmark)
+    if settings.agent_type:
+        basis["agent_type"] = settings.agent_type
     if settings.policy == "scripted":
         basis["policy_answer"] = settings.policy_answer
     else:
