@@ -39,7 +39,7 @@ THROTTLE_STATUSES = frozenset({429, 503})
 #: The factor a throttled window leaves of the limit.
 DECREASE = 0.5
 _POLL_MIN_S = 0.0005
-_POLL_MAX_S = 0.02
+_POLL_MAX_S = 0.005
 _MAX_LOG_BYTES = 64 << 20
 
 
