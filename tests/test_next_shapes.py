@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fakegym import install, recorded_argv, start_args
+
 from pytest_gym.gym.discovery import discover
 from tests.helpers.standin import StandinGym, reply, serving
 

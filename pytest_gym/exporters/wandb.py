@@ -39,7 +39,16 @@ from pytest_gym.runfolder.records import RecordError, read_records, stamps
 
 INSTALL_HINT = "wandb is not installed: pip install pytest-gym[wandb]"
 API_KEY_ENV = "WANDB_API_KEY"
-TASK_COLUMNS: list[str | int] = ["suite", "task", "trials", "rewarded", "errors", "mean_reward", "passed", "latency_mean_s"]
+TASK_COLUMNS: list[str | int] = [
+    "suite",
+    "task",
+    "trials",
+    "rewarded",
+    "errors",
+    "mean_reward",
+    "passed",
+    "latency_mean_s",
+]
 GATE_COLUMNS: list[str | int] = ["suite", "gate", "passed", "value", "reason"]
 _RUN_ID = re.compile(r"[^A-Za-z0-9_-]")
 

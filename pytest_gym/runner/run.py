@@ -322,14 +322,12 @@ class GymRun:
 
     def start_trajectories(self) -> None:
         """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
-        if not self.owner or self.settings.trajectories != "on" or not self.settings.starts_gym:
-            return
-        if self.finalizer is not None:
+        if not self.owner or self.settings.trajectories != "on" or self.finalizer is not None:
             return
         python = gym_python(self.settings.cli)
         if python is None:
             return  # said at the end, where it matters
-        folder = capture_dir(self.run_dir)
+        folder = capture_dir(self.run_dir) if self.settings.starts_gym else None  # attached: no captures of ours
         self.finalizer = Finalizer(python, folder, self.run_dir)
         try:
             self.finalizer.start()
@@ -367,17 +365,21 @@ class GymRun:
                 "overrode them?): records keep Gym's answers as they are"
             )
             return
+        folder: Path | None = None
+        attached = ""
         if not endpoint.local_pids or endpoint.capture_dir is None:
             # An attached Gym: its capture folder (if any) is shared by every run against it, and capture ids
             # are "<task>-<rollout>", the same in each run, so its files would mix runs. Only a Gym this run
-            # started captures into a folder of this run alone.
-            self.notes.append(
-                f"trajectories: records keep the attached Gym's answers as they are ({endpoint.head_url}); Gym's "
-                "collector step (ng_trajectory from captured model calls, for gym eval health-check and export) "
-                "needs a Gym pytest-gym starts, capturing into this run's folder; --gym-trajectories off silences this"
+            # started captures into a folder of this run alone; here Gym's collector step runs without captures
+            # (as `gym eval run` against a Gym without observability), so Gym's checks see no model call.
+            attached = (
+                f"trajectories: the attached Gym's model calls are not captured for this run ({endpoint.head_url}): "
+                "records got Gym's collector step without them (ng_trajectory gap model_calls_unavailable; Gym's "
+                "checks on model calls are unobserved); a Gym pytest-gym starts captures into this run's folder; "
+                "--gym-trajectories off silences this"
             )
-            return
-        folder = Path(endpoint.capture_dir)
+        else:
+            folder = Path(endpoint.capture_dir)
         if self.finalizer is None or self.finalizer.folder != folder:
             if self.finalizer is not None:
                 self.finalizer.close()
@@ -390,6 +392,8 @@ class GymRun:
                 return
             self.finalizer = Finalizer(python, folder, self.run_dir)
         self.finalizer.finalize(self.run_dir, environment_servers(endpoint))
+        if attached:
+            self.notes.append(attached)
 
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
         from pytest_gym.rollout.http import FetchError, fetch  # imported when used (asyncio: start-up time)
