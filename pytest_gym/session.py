@@ -33,7 +33,7 @@ from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
-from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
+from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.gym.run import GymRun
@@ -170,10 +170,6 @@ class GymSession:
         self.benchmark_suites: dict[str, tuple[str, str | None]] = {}
         self._deadline: float | None = None
         self.gym_metric_lines: list[str] = []
-        for item in settings.env:
-            key, _, value = item.partition("=")
-            if secret_name(key):
-                add_secret(value)
         for name in settings.secret_env:
             add_secret(os.environ.get(name, ""))
         if owner:

@@ -402,7 +402,7 @@ def test_mlflow_names_are_valid_for_mlflow() -> None:
     assert metrics[f"{SUITE}/totals/cost"] == 0.0027
     assert metrics[f"{SUITE}/baseline/p_drop"] == 0.125
     assert metrics[f"{SUITE}/baseline/fixed"] == 0
-    assert params_of({"a": {"b": None, "c": [1, 2]}, "api_key": "x"}) == {
+    assert params_of({"a": {"b": None, "c": [1, 2]}, "api_key": "sk-x1y2z3w4"}) == {
         "a.b": "null",
         "a.c": "[1, 2]",
         "api_key": "***",

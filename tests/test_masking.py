@@ -47,14 +47,29 @@ def policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
         ("http://h/v1?api_key=abc123def&x=1&token=zzzzzz", "http://h/v1?api_key=***&x=1&token=***"),
         ("Authorization: Bearer abcdef123456", "Authorization: Bearer ***"),
         ('{"access_token": "ab\\"cdef", "n": 1}', '{"access_token": "***", "n": 1}'),
-        ("{'api_key': 'hello-world', 'password': None}", "{'api_key': '***', 'password': None}"),
+        ("{'api_key': 'hello-world-42', 'password': None}", "{'api_key': '***', 'password': None}"),
         ("password=hunter22 client_secret: s3cr3t!", "password=*** client_secret: ***"),
-        ("curl -H 'x: Bearer abcdefghijk'", "curl -H 'x: Bearer ***'"),
+        ("curl -H 'x: Bearer abcDEFghijk'", "curl -H 'x: Bearer ***'"),
         # Counts and names that only look like credentials stay.
         ("input_tokens=12 max_tokens: 100 tokenizer=bpe reward_key=reward", None),
         ("policy_api_key: ${oc.env:GYM_POLICY_API_KEY,none}", None),
         ("--gym-export-opt custom.password=...: credentials are never taken", None),
         ("git@github.com:o/r.git and mailto:a@b", None),
+        # Prose that only looks like a credential's context (issue 20): never touched.
+        ("Explain HTTP Basic authentication", None),
+        ("Basic Authentication, Bearer tokens and HTTP-Auth headers", None),
+        ("The secret: the butler did it", None),
+        ("Token: a unit of text.", None),
+        ("Password: please enter it below; the client_secret: it is stored", None),
+        ("a signal, a design, an assignment=done", None),
+        ("ssh://git@github.com/o/r and https://pipelines.actions.githubusercontent.com/x", None),
+        ("secret: /work/proj0/run and token: and/or", None),
+        # ... and credentials in such text still are.
+        ("Basic dXNlcjpwYXNzd29yZA==", "Basic ***"),
+        ("authorization: bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc", "authorization: bearer ***"),
+        ("token=sk-abc123. And more", "token=***. And more"),
+        ("client_secret: s3cr3t!", "client_secret: ***"),
+        ("https://h.blob.core.windows.net/c/b?sv=2021&sig=AbC%2Bd", "https://h.blob.core.windows.net/c/b?sv=2021&sig=***"),
     ],
 )
 def test_mask_secrets(text: str, masked: str | None) -> None:
@@ -62,20 +77,37 @@ def test_mask_secrets(text: str, masked: str | None) -> None:
     assert mask_secrets(mask_secrets(text)) == mask_secrets(text)  # idempotent: masking twice changes nothing
 
 
-def test_mask_data_masks_secret_keys_whole_and_every_string() -> None:
+def test_mask_data_masks_credentials_under_secret_keys_and_known_secrets_everywhere() -> None:
     data = {
-        "api_key": "x",
-        "credentials": {"user": "u", "retries": 5},
-        "out": ["Bearer abcdefgh", {"text": f"echo {MARKER}"}],
+        "api_key": "sk-x1y2z3w4",
+        "credentials": {"user": "u", "password": "pw-123456", "retries": 5},
+        "auth": {"headers": {"x-token": "nested-token"}},
+        "headers": {"Authorization": "Bearer abcDEF123456"},
+        "out": ["Bearer abcdefgh1", {"text": f"echo {MARKER}"}],
         MARKER: 1,
         "input_tokens": 12,
+        # A row's own fields named like secrets: prose and words are data, not credentials.
+        "token": "a unit of text",
+        "secret": "the butler did it",
+        "token_ids": [101, 2023],
+        "token_type": "word",
+        "password_hint": "hunter",
+        "policy_api_key": "${oc.env:GYM_POLICY_API_KEY}",
     }
     assert mask_data(data) == {
         "api_key": "***",
-        "credentials": {"user": "***", "retries": 5},
+        "credentials": {"user": "***", "password": "***", "retries": 5},
+        "auth": {"headers": {"x-token": "***"}},
+        "headers": {"Authorization": "***"},
         "out": ["Bearer ***", {"text": "echo ***"}],
         "***": 1,
         "input_tokens": 12,
+        "token": "a unit of text",
+        "secret": "the butler did it",
+        "token_ids": [101, 2023],
+        "token_type": "word",
+        "password_hint": "hunter",
+        "policy_api_key": "${oc.env:GYM_POLICY_API_KEY}",
     }
 
 
@@ -197,7 +229,7 @@ def test_junit_postprocess_masks_every_text(tmp_path: Path) -> None:
     xml.write_text(
         '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="1">'
         f'<testcase name="t" classname="c"><failure message="m {MARKER}">token={MARKER[::-1]}\x85</failure>'
-        f"<system-out>Bearer abcdefghijk</system-out></testcase></testsuite></testsuites>",
+        f"<system-out>Bearer abcdefghijk99</system-out></testcase></testsuite></testsuites>",
         encoding="utf-8",
     )
     postprocess_junit(xml, {}, keep_errors=True)
@@ -343,3 +375,29 @@ def test_known_secrets_follow_every_change_of_the_environment(monkeypatch: pytes
     secrets = known_secrets()
     secrets.clear()  # a caller changing its copy must not change the next answer
     assert "policy-key-value" in known_secrets()
+
+
+def test_url_and_path_valued_secret_variables_cut_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GitHub Actions' OIDC URL and a service-account path are "secret-named": their values are no secrets (issue 20)."""
+    monkeypatch.setenv("ACTIONS_ID_TOKEN_REQUEST_URL", "https://pipelines.actions.githubusercontent.com/abc/idtoken")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/work/proj0/gcp-sa.json")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "keys/aws.ini")
+    monkeypatch.setenv("SERVICE_TOKEN_MODE", "disabled")
+    monkeypatch.setenv("ACTIONS_RUNTIME_TOKEN", "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.payload42")
+    text = "see https://pipelines.actions.githubusercontent.com/x and https://github.com, run /work/proj0/run, disabled"
+    assert mask_secrets(text) == text
+    assert mask_data({"url": text, "path": "/work/proj0/gcp-sa.json"}) == {"url": text, "path": "/work/proj0/gcp-sa.json"}
+    # The credential among them still is masked, also when cut short, but not a word that only starts like it.
+    assert mask_secrets("jwt eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.payload42!") == "jwt ***!"
+    assert mask_secrets("cut eyJ0eXAiOiJKV1Qi...") == "cut ***..."
+    assert mask_secrets("other eyJ0eXAiOiJKV1QiLCJhbGciOiJFUzI1NiJ9") == "other eyJ0eXAiOiJKV1QiLCJhbGciOiJFUzI1NiJ9"
+
+
+def test_a_header_variable_is_masked_whole_and_its_token_when_cut(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_gym.core.masking import register_secret_env
+
+    monkeypatch.setenv("PROXY_AUTH_VALUE", "Bearer tok-proxy-9f8e7d6c")
+    register_secret_env("PROXY_AUTH_VALUE")
+    assert mask_secrets("sent Bearer tok-proxy-9f8e7d6c") == "sent ***"
+    assert mask_secrets("cut tok-proxy-9f8e...") == "cut ***..."
+    assert mask_secrets("Bearer authentication, tok-proxy-other") == "Bearer authentication, tok-proxy-other"

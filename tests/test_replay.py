@@ -194,7 +194,7 @@ def test_an_ignore_list_leaves_more_fields_out() -> None:
 
 def test_masking_checks_values_not_field_names(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GYM_POLICY_API_KEY", MARKER)
-    body = {"max_tokens": 64, "input": f"my key is {MARKER}", "headers": "Bearer abcdefghij"}
+    body = {"max_tokens": 64, "input": f"my key is {MARKER}", "headers": "Bearer abcdef1234"}
     masked = mask_strings(body)
     assert masked == {"max_tokens": 64, "input": "my key is ***", "headers": "Bearer ***"}
 

@@ -41,7 +41,7 @@ from typing import Any, TypeAlias
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
-from pytest_gym.core.masking import MASK, SECRET_NAME, known_secrets, mask_secrets
+from pytest_gym.core.masking import Masker, strip_control
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
 from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats
@@ -95,36 +95,29 @@ def _bounded(chars: float, bounds: tuple[int, int]) -> int:
 
 
 class _Masker:
-    """``mask_secrets`` on every string and ``mask_mapping``'s rule on every key, with the secrets looked up once.
-
-    Calling ``mask_mapping`` on every record scans the environment per string (seconds for a big run); this
-    calls ``mask_secrets`` only on strings that hold a known secret or a bearer token, which is where it
-    changes anything, so the result is the same.
-    """
+    """The one masking pass (``core.masking.Masker``) on every string and key, with the secrets looked up once,
+    and Gym's text stripped of control characters (bidirectional overrides included: the page must show
+    what a text says, not a reordering of it); non-finite numbers become null."""
 
     def __init__(self) -> None:
-        self._secrets = known_secrets()
+        self._masker = Masker()
 
     def text(self, value: str) -> str:
-        if "Bearer" in value or any(secret in value for secret in self._secrets):
-            return mask_secrets(value)
-        return value
+        return self._masker.text(strip_control(value))
 
     def data(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {
-                self.text(str(key)): (
-                    MASK
-                    if isinstance(key, str) and SECRET_NAME.search(key) and value[key] not in (None, "")
-                    else self.data(value[key])
-                )
-                for key in value
-            }
-        if isinstance(value, (list, tuple)):
-            return [self.data(item) for item in value]
-        return _finite(value)
+        return _clean_data(self._masker.data(value))
+
+
+def _clean_data(value: Any) -> Any:
+    """Masked data with control characters dropped from every string and key, and non-finite numbers null."""
+    if isinstance(value, str):
+        return strip_control(value)
+    if isinstance(value, Mapping):
+        return {strip_control(str(key)): _clean_data(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean_data(item) for item in value]
+    return _finite(value)
 
 
 def _finite(value: Any) -> Any:
