@@ -20,8 +20,9 @@ from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.messages import clean_outcome, failure_message, fault_message
 from pytest_gym.report.junit import postprocess_junit
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, RunFolderWriter, aggregate_answer
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE, load_reusable, write_run_info
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.rollouts import RunFolderWriter, aggregate_answer
+from pytest_gym.runfolder.runinfo import load_reusable, write_run_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import write_summary
 
@@ -69,7 +70,10 @@ def policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
         ("authorization: bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.abc", "authorization: bearer ***"),
         ("token=sk-abc123. And more", "token=***. And more"),
         ("client_secret: s3cr3t!", "client_secret: ***"),
-        ("https://h.blob.core.windows.net/c/b?sv=2021&sig=AbC%2Bd", "https://h.blob.core.windows.net/c/b?sv=2021&sig=***"),
+        (
+            "https://h.blob.core.windows.net/c/b?sv=2021&sig=AbC%2Bd",
+            "https://h.blob.core.windows.net/c/b?sv=2021&sig=***",
+        ),
     ],
 )
 def test_mask_secrets(text: str, masked: str | None) -> None:
@@ -378,7 +382,7 @@ def test_known_secrets_follow_every_change_of_the_environment(monkeypatch: pytes
 
 
 def test_url_and_path_valued_secret_variables_cut_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """GitHub Actions' OIDC URL and a service-account path are "secret-named": their values are no secrets (issue 20)."""
+    """GitHub Actions' OIDC URL and a service-account path are "secret-named" but hold no secret (issue 20)."""
     monkeypatch.setenv("ACTIONS_ID_TOKEN_REQUEST_URL", "https://pipelines.actions.githubusercontent.com/abc/idtoken")
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/work/proj0/gcp-sa.json")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "keys/aws.ini")
@@ -386,7 +390,10 @@ def test_url_and_path_valued_secret_variables_cut_nothing(monkeypatch: pytest.Mo
     monkeypatch.setenv("ACTIONS_RUNTIME_TOKEN", "eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.payload42")
     text = "see https://pipelines.actions.githubusercontent.com/x and https://github.com, run /work/proj0/run, disabled"
     assert mask_secrets(text) == text
-    assert mask_data({"url": text, "path": "/work/proj0/gcp-sa.json"}) == {"url": text, "path": "/work/proj0/gcp-sa.json"}
+    assert mask_data({"url": text, "path": "/work/proj0/gcp-sa.json"}) == {
+        "url": text,
+        "path": "/work/proj0/gcp-sa.json",
+    }
     # The credential among them still is masked, also when cut short, but not a word that only starts like it.
     assert mask_secrets("jwt eyJ0eXAiOiJKV1QiLCJhbGciOiJSUzI1NiJ9.payload42!") == "jwt ***!"
     assert mask_secrets("cut eyJ0eXAiOiJKV1Qi...") == "cut ***..."
