@@ -45,11 +45,12 @@ def test_env_and_secret_env_reach_gym_and_no_secret_is_written(
     pytester: pytest.Pytester, fake: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DEPLOY_SETTING", SECRET)  # not a secret-looking name: only --gym-secret-env says so
+    monkeypatch.setenv("HF_TOKEN", ENV_SECRET)
     monkeypatch.setenv("FAKE_GYM_ENV_NAMES", "DEPLOY_SETTING,PLAIN,HF_TOKEN")
     monkeypatch.setenv("FAKE_GYM_ECHO", "DEPLOY_SETTING,HF_TOKEN")
     result = pytester.runpytest(
         *start_args(fake), "--gym-dataset", "rows.jsonl", "--junitxml", "report.xml",
-        "--gym-env", "PLAIN=visible-value", "--gym-env", f"HF_TOKEN={ENV_SECRET}",
+        "--gym-env", "PLAIN=visible-value", "--gym-secret-env", "HF_TOKEN",
         "--gym-secret-env", "DEPLOY_SETTING", "-v",
     )  # fmt: skip
     result.assert_outcomes(passed=4)
@@ -63,8 +64,64 @@ def test_env_and_secret_env_reach_gym_and_no_secret_is_written(
     assert SECRET[:8] not in everything
     assert ENV_SECRET not in everything
     log = (pytester.path / "run" / "gym_env.log").read_text()
-    assert "pytest-gym: environment: PLAIN=visible-value HF_TOKEN=*** DEPLOY_SETTING=(passed through)" in log
+    assert (
+        "pytest-gym: environment: PLAIN=visible-value HF_TOKEN=(passed through) DEPLOY_SETTING=(passed through)" in log
+    )
     assert "fake gym: DEPLOY_SETTING is ***" in log  # echoed by Gym, masked in place
+    assert "fake gym: HF_TOKEN is ***" in log
+
+
+@pytest.mark.parametrize("where", ["cli", "ini"])
+def test_a_secret_looking_gym_env_is_refused_pointing_to_secret_env(
+    pytester: pytest.Pytester, fake: Path, where: str
+) -> None:
+    """``--gym-env OPENAI_API_KEY=sk-...`` would put the key in pytest_gym_run.json: refused, without its value."""
+    item = f"OPENAI_API_KEY={ENV_SECRET}"
+    if where == "ini":
+        pytester.makeini(f"[pytest]\ngym_env =\n    PLAIN=1\n    {item}\n")
+        result = pytester.runpytest(*start_args(fake), "--gym-dataset", "rows.jsonl")
+    else:
+        result = pytester.runpytest(*start_args(fake), "--gym-dataset", "rows.jsonl", "--gym-env", item)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "holds a credential (secret-looking key 'OPENAI_API_KEY')" in err, err
+    assert "--gym-secret-env NAME" in err, err
+    assert ENV_SECRET not in result.stdout.str() + err
+    assert not (pytester.path / "record").exists()  # Gym never started
+
+
+def test_gym_processes_do_not_get_the_header_variables(
+    pytester: pytest.Pytester, fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The --gym-header variables hold a proxy's credential for pytest-gym's own requests: Gym never needs them."""
+    monkeypatch.setenv("PROXY_AUTH_VALUE", f"Bearer {ENV_SECRET}")
+    monkeypatch.setenv("GYM_POLICY_API_KEY", SECRET)
+    monkeypatch.setenv("FAKE_GYM_ENV_NAMES", "PROXY_AUTH_VALUE,GYM_POLICY_API_KEY")
+    result = pytester.runpytest(
+        *start_args(fake), "--gym-dataset", "rows.jsonl", "--gym-header", "X-Proxy-Auth=PROXY_AUTH_VALUE"
+    )
+    result.assert_outcomes(passed=4)
+    record = json.loads((pytester.path / "record" / "argv.json").read_text())
+    assert record["env_sha256"]["PROXY_AUTH_VALUE"] is None
+    assert record["env_sha256"]["GYM_POLICY_API_KEY"] == hashlib.sha256(SECRET.encode()).hexdigest()
+
+
+def test_a_relative_gym_cli_is_found_from_where_pytest_started(pytester: pytest.Pytester, fake: Path) -> None:
+    """``--gym-cli=bin/gym`` names the file under the folder pytest ran in, not under the run folder Gym starts in."""
+    args = [a for a in start_args(fake) if a not in ("--gym-cli", str(fake))]
+    result = pytester.runpytest(*args, "--gym-cli=bin/gym", "--gym-dataset", "rows.jsonl")
+    result.assert_outcomes(passed=4)
+    assert json.loads((pytester.path / "record" / "argv.json").read_text())["argv"][0] == str(fake)
+
+
+def test_which_gym_env_values_are_credentials() -> None:
+    from pytest_gym.core.settings import env_credentials
+
+    for harmless in ("PLAIN=sk-not-secret-name", "TOKEN_TTL=3600", "HF_TOKEN_PATH=/work/hf", "USE_AUTH_TOKEN=true",
+                     "ACTIONS_ID_TOKEN_REQUEST_URL=https://pipelines.example/x", "GIT_TOKEN="):  # fmt: skip
+        assert env_credentials(harmless) is None, harmless
+    for secret in ("OPENAI_API_KEY=sk-abc", "HF_TOKEN=hf_xyz", "DB_PASSWORD=hunter2", "SVC_URL_TOKEN=https://u:p@h"):
+        assert env_credentials(secret), secret
 
 
 def test_a_secret_env_that_is_not_set_is_an_error_naming_it(pytester: pytest.Pytester, fake: Path) -> None:

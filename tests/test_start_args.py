@@ -136,6 +136,20 @@ def test_credentials_on_the_command_line_are_refused(
     assert MARKER not in text
 
 
+def test_a_gym_url_with_a_query_string_is_refused(pytester: pytest.Pytester) -> None:
+    """Routes are appended to --gym-url: a query gives ``/?sig=X/server_instances``; a signed one is a credential."""
+    result = pytester.runpytest("--gym-url", f"https://gym.example:11000/?sig={MARKER}", "--gym-dataset", "d.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    text = result.stdout.str() + result.stderr.str()
+    assert "--gym-url from command line (--gym-url) holds a credential (query key 'sig')" in text, text
+    assert "--gym-header NAME=ENVVAR" in text
+    assert MARKER not in text
+    result = pytester.runpytest("--gym-url", "https://gym.example:11000/?region=eu", "--gym-dataset", "d.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*holds a query string or fragment: pytest-gym appends Gym's routes*"])
+    assert GymSettings(url="https://gym.example:11000/gym").url == "https://gym.example:11000/gym"
+
+
 def test_credentials_in_the_ini_file_are_refused(pytester: pytest.Pytester) -> None:
     pytester.makeini(f"[pytest]\ngym_model_url = https://models.example/v1?token={MARKER}\n")
     result = pytester.runpytest()

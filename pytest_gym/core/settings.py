@@ -300,7 +300,9 @@ def resolve(
             raw = _split_list(raw)
         problem = _credentials(spec.name, raw)
         if problem:  # said without the value: it is a secret
-            how = {"header": HOW_TO_PASS_HEADERS, "env": HOW_TO_PASS_ENV}.get(spec.name, HOW_TO_PASS_KEYS)
+            how = {"header": HOW_TO_PASS_HEADERS, "url": HOW_TO_PASS_HEADERS, "env": HOW_TO_PASS_ENV}.get(
+                spec.name, HOW_TO_PASS_KEYS
+            )
             raise SettingError(f"pytest-gym: {spec.flag} from {_where(source, spec)} holds a credential "
                                f"({problem}); {how}")  # fmt: skip
         if spec.name == "config":

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.core.access import GymAccess
+from pytest_gym.core.access import GymAccess, without_header_variables
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.locks import locked
@@ -55,11 +55,13 @@ def gym_environment(settings: GymSettings | None = None) -> dict[str, str]:
     """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log.
 
     Plus ``--gym-env KEY=VALUE``; each ``--gym-secret-env NAME`` must be set here (it is passed by name).
+    Without the ``--gym-header`` variables: the proxy's credential is for pytest-gym's own requests.
     """
     env = dict(os.environ)
     if not env.get("COLUMNS", "").isdigit() or int(env["COLUMNS"]) < 200:
         env["COLUMNS"] = "200"
     if settings is not None:
+        env = without_header_variables(env, settings.header, keep=(POLICY_KEY_ENV, *settings.secret_env))
         missing = [name for name in settings.secret_env if name not in env]
         if missing:
             raise GymError(
@@ -103,7 +105,11 @@ def wait_ready(
             )
         try:
             status, _ = fetch(
-                "GET", f"{head_url}/readyz", timeout=2.0, headers=access.headers, ssl_context=access.ssl_context
+                "GET",
+                f"{head_url}/readyz",
+                timeout=2.0,
+                headers=access.headers_for(head_url),
+                ssl_context=access.ssl_context,
             )
             if status == 200:
                 return

@@ -101,7 +101,9 @@ def agent_resources_servers(config: Any) -> dict[str, str]:
 
 def _get_json(url: str, timeout: float, access: GymAccess) -> Any:
     try:
-        status, data = fetch("GET", url, timeout=timeout, headers=access.headers, ssl_context=access.ssl_context)
+        status, data = fetch(
+            "GET", url, timeout=timeout, headers=access.headers_for(url), ssl_context=access.ssl_context
+        )
     except FetchError as exc:
         raise GymError(f"cannot reach {url}: {exc}{access_hint(str(exc))}") from None
     if status >= 400:
@@ -211,7 +213,12 @@ def rescore(
         body = json.dumps(verify_payload(request, record), ensure_ascii=False)
         try:
             status, data = fetch(
-                "POST", url, body.encode(), timeout=timeout, headers=access.headers, ssl_context=access.ssl_context
+                "POST",
+                url,
+                body.encode(),
+                timeout=timeout,
+                headers=access.headers_for(url),
+                ssl_context=access.ssl_context,
             )
         except FetchError as exc:
             result.error = f"cannot reach {url}: {exc}{access_hint(str(exc))}"
