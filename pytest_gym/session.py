@@ -38,7 +38,7 @@ from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import BadGate, SuiteResults, SuiteVerdict, parse_gates
-from pytest_gym.report.junit import flat_properties, postprocess_junit
+from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
@@ -834,7 +834,7 @@ class GymSession:
         finally:
             try:
                 if self.owner:
-                    self._step("adding the suite results to the JUnit report", self._postprocess_junit)
+                    self._step("adding the suite results to the JUnit report", self._postprocess_junit, session)
                     if self.verdicts is not None:
                         self._step("exporting the run", self._export, session)
             finally:
@@ -984,12 +984,18 @@ class GymSession:
             self.add_note(note)
         self.run.notes.clear()
 
-    def _postprocess_junit(self) -> None:
+    def _postprocess_junit(self, session: pytest.Session) -> None:
+        """Suite results into the JUnit file; a file that cannot be made valid fails the run (masked as text)."""
         xmlpath = getattr(self.config.option, "xmlpath", None)
         if not xmlpath or not Path(xmlpath).exists():
             return
         suites = {v.suite: flat_properties(v) for v in self.verdicts or []}
-        postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True)
+        try:
+            postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True)
+        except JUnitUnusable as exc:
+            self.add_note(str(exc))
+            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""

@@ -295,3 +295,82 @@ def test_marker_forms() -> None:
         ("a=b", "x]]"),
         ("log", "one"),
     ]
+
+
+# --- failing closed (issue 20) --------------------------------------------------------------------------------
+
+MARKER = "sk-pytestgym-MARKER-7f3a9c"
+#: A plain test beside the Gym trials whose failure shows the key (assertion rewriting prints the value).
+LEAKY_TEST = """
+import os
+
+
+def test_shows_the_key():
+    print("key:", os.environ["GYM_POLICY_API_KEY"])
+    assert os.environ["GYM_POLICY_API_KEY"] == ""
+"""
+#: Spoils the JUnit file after pytest wrote it, as a crashing plugin or a full disk would.
+SPOIL = """
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    path = session.config.option.xmlpath
+    if path and not hasattr(session.config, "workerinput"):
+        with open(path, "rb") as fh:
+            data = fh.read()
+        with open(path, "wb") as fh:
+            fh.write(data[: len(data) // 2])
+"""
+
+
+def _attached_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, dataset: str, *args: str) -> Any:
+    from test_hostile_gym import AGENT, ROW, serving
+
+    monkeypatch.setenv("GYM_POLICY_API_KEY", MARKER)
+    pytester.makeini("[pytest]\n")
+    (pytester.path / dataset).write_text("".join(ROW % i for i in range(2)), encoding="utf-8")
+    with serving() as gym:
+        return pytester.runpytest_subprocess(
+            "--gym-url", gym.url, "--gym-agent", AGENT, f"--gym-dataset={dataset}", "--gym-run-dir", "run",
+            "--junitxml", "report.xml", "-p", "no:cacheprovider", *args, timeout=300,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
+def test_a_control_character_in_a_dataset_name_gives_a_valid_masked_junit(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, schema: xmlschema.XMLSchema, workers: list[str]
+) -> None:
+    pytester.makepyfile(test_leaky=LEAKY_TEST)
+    result = _attached_run(pytester, monkeypatch, "rows\x01\x1b.jsonl", "test_leaky.py", *workers)
+    result.assert_outcomes(passed=2, failed=1)
+    xml = pytester.path / "report.xml"
+    data = xml.read_bytes()
+    assert MARKER.encode() not in data  # masked: the file was read, not skipped
+    assert schema_errors(schema, xml) == []
+    assert read_suite_properties(xml)["gym.rows.jsonl.mean_reward"] == "1.0"  # control characters dropped
+    trials = [key for key in read_trial_properties(xml) if key.startswith("rows#x01#x1B.jsonl.")]
+    assert len(trials) == 2  # as pytest writes such characters in text
+
+
+def test_a_junit_that_cannot_be_parsed_is_masked_and_fails_the_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeconftest(SPOIL)
+    pytester.makepyfile(test_leaky=LEAKY_TEST.replace('== ""', '!= ""'))  # passes, and prints the key
+    result = _attached_run(pytester, monkeypatch, "rows.jsonl", "test_leaky.py", "-o", "junit_logging=all")
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*the JUnit file *report.xml is not valid XML*its text was masked*the run fails*"])
+    data = (pytester.path / "report.xml").read_bytes()
+    assert b"key: ***" in data
+    assert MARKER[:8].encode() not in data
+
+
+def test_repair_replaces_only_what_xml_cannot_hold() -> None:
+    from pytest_gym.report.junit import repair_xml
+
+    good = '<a b="x&#10;é&#x1F600;">\t\n</a>'.encode()
+    assert repair_xml(good) == good
+    assert repair_xml(b'<a b="\x01">&#1;&#x1b;\xff</a>') == b'<a b="#x01">#x01#x1B#xDCFF</a>'
