@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -561,3 +563,54 @@ def test_no_secret_reaches_any_export(run: ExportRun, tmp_path: Path, monkeypatc
         log = Path(client.download_artifacts(logged.info.run_id, "gym_env.log", str(tmp_path / "dl")))
         assert log.read_text(encoding="utf-8") == "request with Authorization: Bearer ***\n"
         assert (run.run_dir / "gym_env.log").read_text(encoding="utf-8").endswith(f"{SECRET}\n")  # source untouched
+
+
+def _outside_code_spans(line: str) -> str:
+    """The text of a Markdown line outside its code spans (a run of n backticks up to the next run of n)."""
+    out, i = [], 0
+    while i < len(line):
+        if line[i] == "\\":  # an escaped character, a backtick included
+            out.append(line[i : i + 2])
+            i += 2
+            continue
+        if line[i] != "`":
+            out.append(line[i])
+            i += 1
+            continue
+        n = len(line[i:]) - len(line[i:].lstrip("`"))
+        close = re.compile(rf"(?<!`)`{{{n}}}(?!`)").search(line, i + n)
+        if close is None:
+            out.append(line[i : i + n])
+            i += n
+        else:
+            i = close.end()
+    return "".join(out)
+
+
+def test_github_summary_writes_names_as_text_not_markup(
+    run: ExportRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dataset (or suite file) from a pull request names its suite: no image, no hidden rest, no broken code span."""
+    hostile = {
+        '<img src="https://tracker.example/p.png">.jsonl': _metrics(),
+        "<!-- the rest is hidden.jsonl": _metrics(),
+        "a`b``c|d.jsonl": _metrics(),
+        "**bold** [link](https://x.example)\n# heading.jsonl": _metrics(),
+    }
+    run.summary["suites"] = hostile
+    run = dataclasses.replace(run, run_id="x--><img src=y>")
+    step_summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    (exporter,) = configure_exporters(["github"], [], registry())
+    assert exporter.export(run).status == "succeeded"
+    text = step_summary.read_text(encoding="utf-8")
+    assert "### pytest-gym: run `x--><img src=y>` (" in text  # in a code span: shown, not rendered
+    outside_code = "".join(_outside_code_spans(line) for line in text.splitlines()[1:]).replace("<br>", "")
+    assert re.findall(r"(?<!\\)[<>]", outside_code) == []  # every other < and > is escaped text
+    assert "| \\<\\!-- the rest is hidden.jsonl |" in text
+    assert "- ```a`b``c|d.jsonl```: 1 flaky tasks" in text
+    assert "\\*\\*bold\\*\\* \\[link\\](https://x.example) \\# heading.jsonl" in text
+    assert all(line.count(" | ") >= 1 for line in text.splitlines() if line.startswith("| "))
+    for line in text.splitlines():
+        if line.startswith("| ") and "tasks" not in line and "tokens in" not in line:
+            assert len(re.findall(r"(?<!\\)\|", line)) in (8, 6), line  # no name adds a cell

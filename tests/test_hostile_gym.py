@@ -317,3 +317,46 @@ def test_malformed_server_instances_in_start_mode_is_recorded_once(
     assert "server_instances answer is malformed" in out
     assert starts.read_text().count("start") == 1
     assert os.path.exists(pytester.path / "run" / "deployment.json")
+
+
+# --- smaller points of issue 20 -------------------------------------------------------------------------------
+
+
+def test_a_redirect_from_run_is_reported_as_one(pytester: pytest.Pytester, dataset: Path, fake_gym: FakeGym) -> None:
+    """A proxy's login page answers 302: the trial says so, not "answer has no 'reward' field"."""
+    fake_gym.routes["/run"] = lambda _: (302, b'{"detail": "see other"}')
+    original = _Handler.send_header
+
+    def with_location(handler: _Handler, name: str, value: str) -> None:
+        original(handler, name, value)
+        if name == "Content-Type" and handler.path.startswith("/run"):
+            original(handler, "Location", "https://sso.example/login?next=/run&token=abc123def456")
+
+    _Handler.send_header = with_location  # type: ignore[method-assign]
+    try:
+        result = run(pytester, fake_gym)
+    finally:
+        _Handler.send_header = original  # type: ignore[method-assign]
+    out = assert_contained(pytester, result)
+    result.assert_outcomes(errors=3)
+    assert "HTTP 302 from" in out
+    assert "a redirect to https://sso.example/login?next=/run&token=***, which pytest-gym does not follow" in out
+    assert "no 'reward' field" not in out
+
+
+def test_huge_rewards_and_a_lone_surrogate_metric_name_still_give_a_report(
+    pytester: pytest.Pytester, dataset: Path, fake_gym: FakeGym
+) -> None:
+    rewards = iter([1.7e308, -1.7e308, 1.7e308])
+    fake_gym.routes["/run"] = lambda _: _json({"reward": next(rewards)})
+    fake_gym.routes["/aggregate_metrics"] = lambda _: (
+        200,
+        b'{"agent_metrics": {"mean/reward": 1.0}, "key_metrics": {"mean/\\ud800x": 1.0, "\\udfff": 2}}',
+    )
+    result = run(pytester, fake_gym, "--gym-repeats", "1", "--gym-min-reward", "0")
+    out = assert_contained(pytester, result)
+    assert "could not be written" not in out
+    page = (pytester.path / "run" / "report.html").read_text(encoding="utf-8")
+    assert "mean/x" in page
+    summary = json.loads((pytester.path / "run" / "pytest_gym_summary.json").read_text())
+    assert summary["suites"]

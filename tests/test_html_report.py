@@ -601,3 +601,37 @@ def test_an_empty_run_folder_gives_a_page_that_says_so(tmp_path: Path) -> None:
     assert (data["suites"], data["tasks"]) == ([], [])
     html = build_report(tmp_path).read_text()
     assert "no trials and no summary" in html
+
+
+# -- hostile Gym text (issue 20) -----------------------------------------------------------------------------
+
+
+def test_bidi_controls_from_gym_never_reach_the_page(tmp_path: Path) -> None:
+    """U+202E and U+2066 make a page show text in another order than it says: dropped like other controls."""
+    tricky = "pay \u202egnp.exe\u202c and \u2066admin\u2069"
+    r0 = row(0, note=tricky)
+    run = write_run(tmp_path, [outcome(r0, 0, 0, 0.0, answer_text=tricky, verdict=tricky)], {"gates": {}})
+    write_aggregate_metrics(
+        run, [{"agent_ref": {"name": "agent"}, "agent_metrics": {}, "key_metrics": {f"mean/{tricky}": 1.0}}]
+    )
+    html = build_report(run).read_text(encoding="utf-8")
+    for control in ("\u202e", "\u202c", "\u2066", "\u2069"):
+        assert control not in html
+        assert control.encode("unicode_escape").decode() not in html.lower()
+    task = page_data(html)["tasks"][0]
+    assert task["trials"][0]["answer"] == "pay gnp.exe and admin"
+    assert task["fields"]["note"] == "pay gnp.exe and admin"
+
+
+def test_a_lone_surrogate_metric_name_and_huge_rewards_still_give_a_page(tmp_path: Path) -> None:
+    trials = [outcome(row(i), i, 0, reward) for i, reward in enumerate((1.7e308, -1.7e308, 1.0))]
+    trials += [outcome(row(0), 0, 1, 1.7e308), outcome(row(1), 1, 1, 1.7e308)]  # a mean beyond any float
+    run = write_run(tmp_path, trials, None)
+    write_aggregate_metrics(
+        run, [{"agent_ref": {"name": "agent"}, "agent_metrics": {}, "key_metrics": {"mean/\ud800x": 1.0}}]
+    )
+    page = build_report(run)
+    html = page.read_text(encoding="utf-8")
+    data = page_data(html)
+    assert len(data["tasks"]) == 3
+    assert data["run"]["gym_metrics"] == [{"agent": "agent", "metrics": {"mean/x": 1.0}}]

@@ -1,28 +1,58 @@
-"""``github``: a Markdown table in the GitHub Actions job summary, where reviewers of a CI run look first."""
+"""``github``: a Markdown table in the GitHub Actions job summary, where reviewers of a CI run look first.
+
+Names come from files anyone can add to a pull request (a dataset called ``<img src=...>.jsonl``), and the
+job summary renders Markdown and some HTML: every name is written as text (Markdown's and HTML's special
+characters backslash-escaped) or as a code span fenced by more backticks than it holds.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.core.masking import strip_control
 from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.exporters.api import Exporter, ExportResult, ExportRun, mask_text
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+#: Characters that start Markdown or HTML syntax inside a line (a table cell, a list item's text).
+_MARKUP = re.compile(r"([\\`*_\[\]<>&|~!#])")
 
 
 def marker(run_id: str) -> str:
-    """The comment that marks a run as appended, so a second export does not repeat it."""
-    return f"<!-- pytest-gym run {run_id.replace('--', '- -')} -->"
+    """The comment that marks a run as appended, so a second export does not repeat it (no ``--`` inside)."""
+    safe = re.sub(r"-{2,}", "-", re.sub(r"[^A-Za-z0-9._:+-]+", "_", run_id))
+    return f"<!-- pytest-gym run {safe} -->"
 
 
 def _num(value: Any) -> str:
     return f"{value:.3f}" if is_number(value) else "n/a"
 
 
+def _one_line(text: str) -> str:
+    return strip_control(str(text)).replace("\r", " ").replace("\n", " ")
+
+
+def _text(text: str) -> str:
+    """``text`` as literal Markdown text on one line: ``<img ...>`` and ``<!--`` show as written."""
+    return _MARKUP.sub(r"\\\1", _one_line(text))
+
+
+def _code(text: str, cell: bool = False) -> str:
+    """``text`` as a code span on one line, fenced by one backtick more than its longest run; in a table
+    ``cell`` its ``|`` escaped (GitHub splits the cells before it reads code spans)."""
+    text = _one_line(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    if cell:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.replace("\n", " ")
 
 
 def _pass_at(metrics: dict[str, Any]) -> str:
@@ -36,7 +66,8 @@ def _gates(metrics: dict[str, Any]) -> str:
     gates = metrics.get("gates") or {}
     return (
         "<br>".join(
-            f"{'✅' if g.get('passed') else '❌'} `{label}` ({_num(g.get('value'))})" for label, g in gates.items()
+            f"{'✅' if g.get('passed') else '❌'} {_code(label, cell=True)} ({_num(g.get('value'))})"
+            for label, g in gates.items()
         )
         or "none"
     )
@@ -51,14 +82,15 @@ def _totals_row(suite: str, totals: dict[str, Any]) -> str:
     latency = " / ".join(_num(totals.get(f"latency_{q}_s")) for q in ("p50", "p90", "p99", "max"))
     cost = totals.get("cost")
     shown_cost = f"{cost:.4g}" if is_number(cost) else "n/a"
-    return f"| {_cell(suite)} | {tokens} | {latency} | {_int(totals.get('retries'))} | {shown_cost} |"
+    return f"| {_text(suite)} | {tokens} | {latency} | {_int(totals.get('retries'))} | {shown_cost} |"
 
 
 def _flaky(task: Any) -> str:
     if not isinstance(task, dict):
-        return _cell(str(task))
-    line = f" (line {task['line']})" if task.get("line") is not None else ""
-    return f"`{_cell(str(task.get('hash')))}`{line} {task.get('successes')}/{task.get('repeats')}"
+        return _text(str(task))
+    line = f" (line {_text(str(task['line']))})" if task.get("line") is not None else ""
+    counts = _text(f"{task.get('successes')}/{task.get('repeats')}")
+    return f"{_code(str(task.get('hash')))}{line} {counts}"
 
 
 def markdown(run: ExportRun) -> str:
@@ -67,7 +99,7 @@ def markdown(run: ExportRun) -> str:
     status = "✅ passed" if run.exit_status == 0 else f"❌ exit status {run.exit_status}"
     lines = [
         marker(run.run_id),
-        f"### pytest-gym: run `{run.run_id}` ({status})",
+        f"### pytest-gym: run {_code(run.run_id)} ({status})",
         "",
         "| suite | tasks | trials | errors | mean reward (95% CI) | pass@k | gates |",
         "|---|---:|---:|---:|---|---|---|",
@@ -78,7 +110,7 @@ def markdown(run: ExportRun) -> str:
         trials = (m.get("trials") or 0) + (m.get("errors") or 0)  # like the terminal summary: errored trials count
         ci = f" ({_num(m.get('ci_low'))}..{_num(m.get('ci_high'))})" if m.get("ci_low") is not None else ""
         lines.append(
-            f"| {_cell(suite)} | {m.get('tasks', 'n/a')} | {trials} | {m.get('errors', 'n/a')} "
+            f"| {_text(suite)} | {_int(m.get('tasks'))} | {_int(trials)} | {_int(m.get('errors'))} "
             f"| {_num(m.get('mean_reward'))}{ci} | {_pass_at(m)} | {_cell(_gates(m))} |"
         )
         totals = m.get("totals")
@@ -89,15 +121,15 @@ def markdown(run: ExportRun) -> str:
             shown = ", ".join(_flaky(t) for t in flaky[:10]) + (
                 f" and {len(flaky) - 10} more" if len(flaky) > 10 else ""
             )
-            notes.append(f"- `{suite}`: {len(flaky)} flaky tasks (passed/trials): {shown}")
+            notes.append(f"- {_code(suite)}: {len(flaky)} flaky tasks (passed/trials): {shown}")
         baseline = m.get("baseline")
         if isinstance(baseline, dict):
             regressed = " **regression**" if baseline.get("regressed") else ""
             p_drop = baseline.get("p_drop")
             p_text = f" (one-sided p = {p_drop:.3g})" if isinstance(p_drop, (int, float)) else ""
             notes.append(
-                f"- `{suite}` against the baseline: mean reward delta {_num(baseline.get('mean_delta'))}{p_text} over "
-                f"{baseline.get('shared_tasks', 'n/a')} shared tasks, "
+                f"- {_code(suite)} against the baseline: mean reward delta {_num(baseline.get('mean_delta'))}{p_text} "
+                f"over {_int(baseline.get('shared_tasks'))} shared tasks, "
                 f"{len(baseline.get('new_failures') or [])} new failures, "
                 f"{len(baseline.get('fixed') or [])} fixed{regressed}"
             )

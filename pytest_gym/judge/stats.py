@@ -122,6 +122,17 @@ class TaskStats:
         }
 
 
+def mean_of(values: Sequence[float]) -> float | None:
+    """The exact-sum mean of finite numbers (None for none), also when their sum is beyond a float (rewards of
+    1.7e308 twice: ``fsum`` overflows, the mean does not)."""
+    if not values:
+        return None
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
+
+
 def _finite_rewards(task_hash: str, rewards: Sequence[float]) -> list[float]:
     values = [float(r) for r in rewards]
     bad = [r for r in values if not math.isfinite(r)]
@@ -144,7 +155,7 @@ def task_stats(
         task_hash=task_hash,
         n=n,
         successes=c,
-        mean_reward=math.fsum(values) / n if n else None,
+        mean_reward=mean_of(values),
         pass_at={k: pass_at_k(n, c, k) for k in range(1, n + 1)},
         pass_hat={k: pass_hat_k(n, c, k) for k in range(1, n + 1)},
         errors=errors,
@@ -249,7 +260,7 @@ def suite_stats(
     if measured:
         rewards = {ts.task_hash: _finite_rewards(ts.task_hash, per_task[ts.task_hash]) for ts in measured}
         groups = list(rewards.values())
-        mean_reward = math.fsum(r for g in groups for r in g) / trials
+        mean_reward = mean_of([r for g in groups for r in g])
         ci, ci_note = _interval(groups)
         max_k = min(ts.n for ts in measured)
         shapes = Counter((ts.n, ts.successes) for ts in measured)  # few distinct (n, c): sum each once

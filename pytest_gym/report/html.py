@@ -46,7 +46,7 @@ from pytest_gym.core.masking import Masker, strip_control
 from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
-from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats
+from pytest_gym.judge.stats import mean_of, pass_at_k, pass_hat_k, suite_stats
 from pytest_gym.runfolder.layout import (
     AGGREGATE_FILE,
     FAILURES_FILE,
@@ -584,7 +584,7 @@ class _Builder:
         out_trials = [self._trial(t, row, reward_key, short, task.suite) for t in trials]
         rewards = [t["reward"] for t in out_trials if t.get("reward") is not None]
         successes = sum(1 for r in rewards if r >= min_reward)
-        mean = math.fsum(rewards) / len(rewards) if rewards else None
+        mean = mean_of(rewards)
         errors = sum(1 for t in out_trials if "error" in t)
         latencies = [t["latency"] for t in out_trials if t.get("latency") is not None]
         tokens = [t["tokens"][2] for t in out_trials if t.get("tokens")]
