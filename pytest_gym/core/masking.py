@@ -29,6 +29,7 @@ recursive walks them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -85,6 +86,8 @@ _WORD = re.compile(r"[A-Z]?[a-z]{1,15}|[A-Z]{1,15}|\d[\d.]*")
 _LETTER_WORD = re.compile(r"(?:[A-Z]?[a-z]+)+|[A-Z]+[a-z]*")
 #: Characters that mark a value as machine-made when letters mix with them (not prose's . - _ / @ ! ?).
 _SYMBOLS = frozenset("~+=*#$%&^|`<>{}[]\\")
+#: Visible ASCII: what a credential is written in (no spaces, no other alphabets).
+_VISIBLE = re.compile(r"[!-~]+")
 #: Characters that may end an unquoted value without being part of it (``Token: text.``).
 _TRAILING = ".,:;)"
 #: Characters a terminal or an XML report must not receive: C0/C1 controls but tab and newline, DEL,
@@ -137,7 +140,7 @@ def credential_shaped(value: str, min_length: int = _MIN_SECRET) -> bool:
     ``sk-proj-4f9a...``, ``dXNlcjpwYXNz``, ``hunter22`` are; ``authentication``, ``the``, ``HTTP-Auth``,
     ``/work/run``, ``input_ids`` are not.
     """
-    if len(value) < min_length or not value.isascii() or any(c.isspace() or not c.isprintable() for c in value):
+    if len(value) < min_length or not _VISIBLE.fullmatch(value):
         return False
     if "://" in value or _PATH.fullmatch(value) or _PLAIN_VALUE.fullmatch(value) or value.isdigit():
         return False
@@ -244,6 +247,15 @@ def known_secrets() -> list[str]:
     return list(secrets)
 
 
+@functools.lru_cache(maxsize=8)
+def _cut_and_heads(secrets: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the credential words of ``secrets``, longest first; the first characters of each secret and word):
+    computed once per set of secrets, not per ``Masker`` (one is made for each message)."""
+    words = {word for secret in secrets for word in secret.split() if credential_like(word)}
+    cut = sorted(words, key=len, reverse=True)
+    return cut, sorted({s[:_FRAGMENT] for s in secrets} | {w[:_FRAGMENT] for w in cut})
+
+
 class Masker:
     """One masking pass with the known secrets read once (walking a large answer must not re-read them).
 
@@ -256,9 +268,7 @@ class Masker:
         self.same_length = same_length
         #: The credentials among (the words of) the secrets: only these are also masked when cut short. A
         #: secret URL's or path's prefix ("https://", "/work/pr") is no secret.
-        words = {word for secret in self.secrets for word in secret.split() if credential_like(word)}
-        self._cut = sorted(words, key=len, reverse=True)
-        self._heads = sorted({s[:_FRAGMENT] for s in self.secrets} | {w[:_FRAGMENT] for w in self._cut})
+        self._cut, self._heads = _cut_and_heads(tuple(self.secrets))
 
     def suspicious(self, text: str) -> bool:
         """Whether ``text`` may hold anything to mask: a few substring tests, so that the usual text
