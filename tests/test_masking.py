@@ -100,9 +100,9 @@ def test_mask_data_masks_credentials_under_secret_keys_and_known_secrets_everywh
     }
     assert mask_data(data) == {
         "api_key": "***",
-        "credentials": {"user": "***", "password": "***", "retries": 5},
+        "credentials": {"user": "u", "password": "***", "retries": 5},  # "u": no credential's length
         "auth": {"headers": {"x-token": "***"}},
-        "headers": {"Authorization": "***"},
+        "headers": {"Authorization": "Bearer ***"},
         "out": ["Bearer ***", {"text": "echo ***"}],
         "***": 1,
         "input_tokens": 12,

@@ -168,8 +168,8 @@ _PROSE_KEYS = frozenset({"token", "secret", "sig", "signature"})
 
 def key_kind(key: str, quoted: bool = False) -> str:
     """How to judge the value of a secret-looking ``key``: ``"secret"`` when the key names the secret itself
-    (``api_key``, ``client_secret``, ``GITHUB_TOKEN``, ``"password"``), so any value but a number or a
-    placeholder is one; ``"shape"`` when it may name data or be a word of prose (``token``, ``The secret:``,
+    (``api_key``, ``client_secret``, ``GITHUB_TOKEN``, ``"password"``), so any value of credential length and
+    alphabet is one; ``"shape"`` when it may name data or be a word of prose (``token``, ``The secret:``,
     ``Password:`` unquoted in text, ``token_type``, ``password_hint``), so only a credential-shaped value is.
     ``quoted``: a quoted key in text, or a mapping's key (machine-made, not prose).
     """
@@ -183,6 +183,19 @@ def key_kind(key: str, quoted: bool = False) -> str:
         return "shape"
     names = last in _SECRET_LAST or (last == "key" and len(words) >= 2 and words[-2] in _KEY_PREFIX)
     return "secret" if names else "shape"
+
+
+def _judged_secret(value: str, kind: str, after_scheme: bool) -> bool:
+    """Whether the value of a secret-looking key is a credential. Under a key that names the secret
+    (``kind`` "secret": ``api_key``, ``"password"``) one of credential length and alphabet is: 6 visible
+    ASCII characters or more, no spaces (``hunter22``, ``plain-text-key``, not ``a unit of text`` nor
+    ``pw``); under a key that may be prose or name data (``Token:``, ``token_type``) only a
+    credential-shaped one (:func:`credential_shaped`; after ``Bearer``/``Basic``: :func:`token_like`)."""
+    if _PLAIN_VALUE.fullmatch(value) or not value.strip("*"):
+        return False
+    if kind == "secret" and len(value) >= _MIN_SECRET and _VISIBLE.fullmatch(value):
+        return True
+    return token_like(value) if after_scheme else credential_shaped(value)
 
 
 #: Environment variables whose values are secrets whatever their names (``--gym-header NAME=ENVVAR``).
@@ -352,25 +365,19 @@ class Masker:
         key = match.group("key")
         if match.start() > 0 and match.string[match.start() - 1] in "?&":
             pass  # a URL's query (``?sig=...&token=...``) is no prose: any value there is the credential
-        elif key_kind(key, quoted=bool(match.group("q"))) == "secret":
-            if not quote and len(core) < 3 and not prefix:
-                return match.group(0)  # "client_secret: it is ...": too short to be one
-        elif not (token_like(core) if prefix else credential_shaped(core)):
+        elif not _judged_secret(core, key_kind(key, quoted=bool(match.group("q"))), bool(prefix)):
             return match.group(0)
         head = match.group(0)[: match.start("value") - match.start()]
         return f"{head}{quote}{prefix}{self._mask(core)}{secret[len(core) :]}{quote}"
 
     def _value(self, value: str, kind: str) -> str:
-        """A string under a secret-named key: under a key that names the secret itself (``"password"``,
-        ``"api_key"``) masked whole; under one that may name data (``"token"``, ``"secret"``,
-        ``"token_type"``) only when it looks like a credential (also after ``Bearer``/``Basic``)."""
+        """A string under a secret-named key, masked as :func:`key_kind` and :func:`_judged_secret` say (after
+        ``Bearer``/``Basic``: the token); anything else is text like any other."""
         if not value or _PLAIN_VALUE.fullmatch(value) or value.startswith("${"):
             return value
-        if kind == "secret":
-            return self._mask(value)
         scheme = _SCHEME_PREFIX.match(value)
         rest = value[scheme.end() :] if scheme else value
-        if credential_shaped(rest):
+        if _judged_secret(rest, kind, scheme is not None):
             return (scheme.group(0) if scheme else "") + self._mask(rest)
         return self.text(value)
 
