@@ -385,6 +385,17 @@ def write_merged(
     return result
 
 
+def write_merged_run(records: ShardRecords, out_dir: Path, judged: set[Key]) -> list[str]:
+    """--gym-merge: this run's folder gets the judged trials of the shards, in Gym's layout; notes on what happened."""
+    try:
+        merged = write_merged(records, out_dir, judged.__contains__)
+    except OSError as exc:
+        return [f"merge: the merged run folder could not be written: {exc}"]
+    finally:
+        records.close()
+    return list(merged.notes)
+
+
 def expected_trials(
     folders: Sequence[ShardFolder], rootdir: Path, read: Callable[[Path], Iterable[str]]
 ) -> tuple[list[tuple[str, str, int]], list[str]]:
