@@ -551,10 +551,10 @@ class GymSession:
         if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _scrub(self) -> None:
+    def _scrub(self, final: bool = False) -> None:
         """Mask what other processes wrote into the run folder (Gym's log, its outputs, the policy's log)."""
         if self.owner and self.run.run_dir.is_dir():
-            for problem in self._step("masking the run folder", scrub_run_folder, self.run.run_dir) or []:
+            for problem in self._step("masking the run folder", scrub_run_folder, self.run.run_dir, final) or []:
                 self.add_note(problem)
 
     def _stop_gym(self) -> None:
@@ -565,7 +565,7 @@ class GymSession:
             self._step("stopping Gym", self.run.finish)
             self._collect_run_notes()
         finally:
-            self._scrub()  # again: Gym wrote to its log until it stopped
+            self._scrub(final=True)  # again: Gym wrote to its log until it stopped
 
     @pytest.hookimpl(wrapper=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:

@@ -24,6 +24,7 @@ from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.process.groups import stop_supervised
 from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
+from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.standins.cassette import (
     DEFAULT_IGNORE,
     Cassette,
@@ -697,3 +698,59 @@ def test_rescore_reports_changed_rewards_and_refuses_servers_that_cannot_be_reve
             rescore(tmp_path / "empty", fake.endpoint())
     finally:
         fake.close()
+
+
+def test_the_end_of_run_scrub_leaves_a_cassette_that_replays_every_call_with_the_same_answers(
+    policy: Running, servers: list[Running], tmp_path: Path
+) -> None:
+    """Issue 20 item 2: the cassette is masked as data when written and never text-masked again at the end of the
+    run; a prompt holding ``?token=...`` or "Basic auth" replays as a hit, an answer holding ``password='...'``
+    comes back as it was recorded."""
+    answer = "The form posts password='hunter2' over HTTP Basic auth; see https://docs.example/x?token=abc123def"
+    script(policy, answers=[answer])
+    rec = recorder(servers, mode="record", run_dir=tmp_path / "run", upstream=policy.url)
+    bodies = [
+        prompt(0, "Fetch https://api.example/v1?token=abc123def and answer."),
+        prompt(1, "Explain HTTP Basic auth: what does Basic dXNlcjpwYXNz carry?"),
+        prompt(2, "Token: a unit of text. How many are in 'hello'?"),
+    ]
+    recorded = [call(f"{rec.url}/responses", body) for body in bodies]
+    assert [status for status, _, _ in recorded] == [200, 200, 200]
+    rec.stop()
+    servers.remove(rec)
+    cassette = tmp_path / "run" / CASSETTE_FILE
+    before = cassette.read_bytes()
+    assert scrub_run_folder(tmp_path / "run") == []
+    assert cassette.read_bytes() == before  # masked when written, as data: not masked again as text
+    assert all(json.loads(line) for line in before.splitlines())  # every line still a record
+    rep = recorder(servers, mode="replay", run_dir=tmp_path / "rep", cassette=tmp_path / "run")
+    replayed = [call(f"{rep.url}/responses", body) for body in bodies]
+    assert [status for status, _, _ in replayed] == [200, 200, 200]
+    assert [text_of(data) for _, _, data in replayed] == [text_of(data) for _, _, data in recorded]
+    stats = rep.stats()
+    assert (stats["hits"], stats["misses"]) == (3, 0)
+
+
+def test_the_scrub_masks_json_written_by_others_as_data_and_never_breaks_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-scrub-MARKER-7f3a2b91c"
+    monkeypatch.setenv("PYTEST_GYM_SCRUB_API_KEY", secret)
+    captures = tmp_path / "model_calls"
+    captures.mkdir()
+    line = {"request": {"headers": {"Authorization": f"Bearer {secret}"}}, "note": "a 'quoted' value's end"}
+    (captures / "t-0.capture.jsonl").write_text(json.dumps(line) + "\n" + json.dumps({"ok": 1}) + "\n")
+    (tmp_path / "quality_summary.json").write_text(json.dumps({"api_key": secret, "text": f"key='{secret}'"}))
+    (tmp_path / "gym_env.log").write_text(f"starting with api_key={secret}\n")
+    assert scrub_run_folder(tmp_path, final=False) == []
+    assert secret in (captures / "t-0.capture.jsonl").read_text()  # writers may still append: text only
+    assert secret not in (tmp_path / "gym_env.log").read_text()
+    assert scrub_run_folder(tmp_path) == []
+    for path in (captures / "t-0.capture.jsonl", tmp_path / "quality_summary.json"):
+        text = path.read_text()
+        assert secret not in text
+        records = (
+            [json.loads(x) for x in text.splitlines() if x.strip()] if path.suffix == ".jsonl" else [json.loads(text)]
+        )
+        assert records  # still JSON, record by record
+    assert json.loads((captures / "t-0.capture.jsonl").read_text().splitlines()[1]) == {"ok": 1}

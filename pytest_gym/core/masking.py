@@ -318,6 +318,24 @@ class Masker:
             text = _BEARER.sub(self._bearer, text)
         return text
 
+    def evidence(self, text: str) -> str:
+        """``text`` as evidence (a recorded prompt or answer that will be replayed): only known secret values
+        (whole or cut short), a URL's password, and a ``Bearer``/``Basic`` token that looks like a credential are
+        masked. The prose rules (``password: ...``, ``token=...``) are not applied: a model's answer that merely
+        looks like it holds a credential is kept byte for byte, so what is replayed is what was recorded."""
+        if not self.suspicious(text):
+            return text
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, self._mask(secret))
+        for word in self._cut:
+            text = self._fragments(text, word)
+        if "://" in text:
+            text = _URL_USERINFO.sub(self._userinfo, text)
+        if any(hint in text.lower() for hint in _SCHEME_HINTS):
+            text = _BEARER.sub(self._bearer, text)
+        return text
+
     def _fragments(self, text: str, secret: str) -> str:
         """``text`` with each cut-short copy of ``secret`` masked: 8 of its first characters or more, ending
         where the text's token ends (``sk-proj-4f...``, the end of a line), not inside a longer word."""
