@@ -4,19 +4,28 @@ Method: Clopper-Pearson on an effective sample size, clusters = tasks (Korn & Gr
 the survey-statistics method for proportions from clustered samples):
 
 * ``n_eff = mean * (1 - mean) / var``, ``var`` the task-clustered (CR1) variance of the
-  trial-weighted mean: trials / design effect. ``mean * (1 - mean)`` bounds the variance of any
-  [0, 1] reward, so fractional rewards are treated conservatively as pass/fail.
+  trial-weighted mean: the pass/fail trials (``mean * (1 - mean)`` the variance of one) that
+  would be as precise as the observed spread between tasks.
 * shrunk by ``(z / t_df)**2``, df = effective number of tasks carrying the spread
   (``(sum e^2)^2 / sum e^4``, at most tasks - 1): one failing task among 100 gives df ~ 1.
-* kept within [N**2 / sum(m_g**2), N]: from fully correlated repeats (Kish effective number of
-  tasks, valid for any reward in [0, 1]) to independent trials. One task or no spread (all
-  pass, all fail, all equal) gets the lower end: wide, never a point; and no run with a failure
-  gets a higher lower bound than all passing (nor, mirrored, for the upper bound).
+* at least N**2 / sum(m_g**2), the Kish effective number of tasks (fully correlated repeats,
+  valid for any reward in [0, 1]), and for pass/fail rewards at most N, the trials (independent
+  trials). Fractional rewards have no upper cap: a reward of partial credit varies less than a
+  pass/fail one of the same mean, so a trial can be worth more than one pass/fail trial (the cap
+  made their interval 1.8-2.3x a cluster bootstrap's; without it coverage stays >= 0.95 in
+  tests/test_coverage.py's simulations). One task or no spread (all pass, all fail, all equal)
+  gets the lower end: wide, never a point; and no run with a failure gets a higher lower bound
+  than all passing (nor, mirrored, for the upper bound).
+* so ``ci_low`` can never exceed 0.025**(1 / Kish effective tasks), 0.025**(1 / tasks) with
+  equal repeats, reached when every trial passes: 0.158 at 2 tasks, 0.692 at 10. ``ci_low >= 0.95``
+  needs at least 72 tasks, ``>= 0.9`` 36, ``>= 0.99`` 368, however many repeats each has
+  (``ceiling``, and ``tasks_needed`` counts from it).
 
 Why: a t-interval leaves [0, 1] and collapses at zero spread; Wilson and Jeffreys undercover
 near 0 and 1 at small n, where gates such as ``ci_low >= 0.95`` sit; Clopper-Pearson is
-conservative there. tests/test_coverage.py checks >= 0.93 coverage for 1-300 tasks, rates
-0.5-1.0, 1-8 repeats, heterogeneous tasks, pass/fail and fractional rewards.
+conservative there. tests/test_coverage.py computes the exact coverage for pass/fail rewards
+(every outcome enumerated: up to 30 tasks, 1-5 repeats, a grid of means and task heterogeneity)
+and simulates it for 1-300 tasks, 1-8 repeats, pass/fail and fractional rewards.
 """
 
 from __future__ import annotations
@@ -262,8 +271,14 @@ def evidence(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) 
     df = min(tasks - 1.0, ss * ss / math.fsum(e**4 for e in residuals))
     p = 0.5 + confidence / 2.0
     shrink = (NormalDist().inv_cdf(p) / t_ppf(p, df)) ** 2
-    n_eff = min(float(trials), max(n_floor, spread / variance * shrink))
+    n_eff = max(n_floor, spread / variance * shrink)
+    if _pass_fail(groups):  # a pass/fail trial is worth at most one; partial credit varies less, and may be worth more
+        n_eff = min(float(trials), n_eff)
     return Evidence(mean, n_eff, n_floor, tasks, trials)
+
+
+def _pass_fail(groups: Sequence[Sequence[float]]) -> bool:
+    return all(r == 0.0 or r == 1.0 for g in groups for r in g)
 
 
 def _interval(mean: float, n_eff: float, n_floor: float, confidence: float) -> tuple[float, float]:
