@@ -91,7 +91,15 @@ def markdown(run: ExportRun) -> str:
             notes.append(f"- `{suite}`: {len(flaky)} flaky tasks (passed/trials): {shown}")
         baseline = m.get("baseline")
         if isinstance(baseline, dict):
-            regressed = " **regression**" if baseline.get("regressed") else ""
+            regressed = (
+                " **regression**"
+                if baseline.get("regressed")
+                else " **undecided**"
+                if baseline.get("undecided")
+                else " **no evidence**"
+                if baseline.get("no_evidence")
+                else ""
+            )
             p_drop = baseline.get("p_drop")
             p_text = f" (one-sided p = {p_drop:.3g})" if isinstance(p_drop, (int, float)) else ""
             notes.append(

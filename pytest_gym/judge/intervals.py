@@ -299,6 +299,32 @@ def suite_interval(groups: Sequence[Sequence[float]], confidence: float = CONFID
     return _interval(ev.mean, ev.n_eff, ev.n_floor, confidence)
 
 
+def ci_low_ceiling(tasks: float, confidence: float = CONFIDENCE) -> float:
+    """The highest lower bound ``tasks`` (Kish effective) tasks can give: every trial of every task passing.
+
+    (1 - confidence) / 2 to the power 1 / tasks, whatever the repeats: 0.158 at 2 tasks, 0.692 at 10.
+    """
+    _check_confidence(confidence)
+    return float(((1.0 - confidence) / 2.0) ** (1.0 / tasks))
+
+
+def tasks_for_ceiling(threshold: float, confidence: float = CONFIDENCE) -> int | None:
+    """The fewest tasks (equal repeats) whose lower bound can reach ``threshold`` at all; None when none can.
+
+    ``ci_low >= 0.9`` needs 36, ``>= 0.95`` 72, ``>= 0.99`` 368.
+    """
+    _check_confidence(confidence)
+    if threshold >= 1.0:
+        return None
+    if threshold <= 0.0:
+        return 1
+    tail = (1.0 - confidence) / 2.0
+    tasks = max(1, math.floor(math.log(tail) / math.log(threshold)))
+    while ci_low_ceiling(tasks, confidence) < threshold:
+        tasks += 1
+    return tasks
+
+
 def tasks_needed(
     groups: Sequence[Sequence[float]],
     threshold: float,
@@ -309,8 +335,9 @@ def tasks_needed(
 
     0 when the lower bound already clears. Otherwise assumes new tasks keep the observed mean
     and the effective trials per task of this run (which errs towards more tasks, as the
-    small-sample shrinkage fades with more tasks). None when it can never clear (mean at or
-    below the threshold) or would need more than ``max_tasks`` tasks in all.
+    small-sample shrinkage fades with more tasks). Never fewer than ``ci_low_ceiling`` allows: a suite
+    whose every trial passes needs ``tasks_for_ceiling(threshold)`` tasks in all. None when it can never
+    clear (mean at or below the threshold) or would need more than ``max_tasks`` tasks in all.
     """
     ev = evidence(groups, confidence)
     tasks = ev.tasks

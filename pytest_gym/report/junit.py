@@ -274,11 +274,17 @@ def flat_properties(verdict: SuiteVerdict) -> dict[str, str]:
     for gate in verdict.gates:
         props[f"gate[{gate.gate.label}]"] = f"{'pass' if gate.passed else 'fail'}: {gate.reason}"
     c = verdict.comparison
-    if c is not None:
+    check = verdict.baseline_check()
+    if c is not None and check is not None:
         props["baseline_delta"] = str(c.paired.mean_delta)
         props["baseline_p_drop"] = str(c.paired.p_drop)
+        props["baseline_p_beyond"] = str(c.paired.p_beyond)
         props["baseline_method"] = c.paired.method
+        props["baseline_compared"] = c.compared
         props["baseline_regressed"] = str(c.regressed).lower()
+        props["baseline_passed"] = str(check.passed).lower()
+        if check.reason:
+            props["baseline_reason"] = check.reason
         props["baseline_new_failures"] = str(len(c.new_failures))
         props["baseline_fixed"] = str(len(c.fixed))
         if c.new_failures:

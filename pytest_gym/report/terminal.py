@@ -72,17 +72,20 @@ def summary_lines(
             if baseline:
                 lines.append(f"  baseline: {why}")
         c = v.comparison
-        if c is not None:
-            delta = c.paired
-            lines.append(
-                f"  baseline: delta {_fmt(delta.mean_delta)} over {delta.n_shared} shared tasks"
-                f" (95% CI {_fmt(delta.ci_low)}..{_fmt(delta.ci_high)}, p(drop) {delta.p_drop:.3g}, {delta.method})"
-                + (" REGRESSION" if c.regressed else "")
-            )
+        check = v.baseline_check()
+        if c is not None and check is not None:
+            verdict = "" if check.passed else " UNDECIDED" if check.undecided else " REGRESSION" if c.regressed else ""
+            lines.append(f"  baseline: {c.summary()}{verdict}")
+            if not check.passed and not c.regressed:
+                lines.append(f"  baseline check failed: {check.reason}")
             if c.new_failures:
                 lines.append(f"  new failures ({len(c.new_failures)}): {c.describe(c.new_failures, _SHOW_FAILURES)}")
             if c.fixed:
                 lines.append(f"  fixed ({len(c.fixed)}): {c.describe(c.fixed, _SHOW_FAILURES)}")
+            flips = c.flaky_failures + c.flaky_fixes
+            if flips:
+                lines.append(f"  flaky, not counted ({len(flips)}): {c.describe(flips, _SHOW_FAILURES)}")
+            lines += [f"  note: {note}" for note in c.notes]
             if c.new_tasks:
                 lines.append(f"  new tasks (not in baseline): {len(c.new_tasks)}")
             if c.unused:
