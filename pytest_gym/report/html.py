@@ -714,7 +714,8 @@ class _Builder:
             "min_reward": min_reward,
             "numbers": mask.data(_numbers(entry, tasks, min_reward)),
             "gates": gates,
-            "failed": any(not g["passed"] for g in gates) or bool(baseline and baseline.get("regressed")),
+            "failed": any(not g["passed"] for g in gates)
+            or bool(baseline and (baseline.get("regressed") or baseline.get("passed") is False)),
             "baseline": baseline,
             "baseline_note": mask.text(str(entry["baseline_note"])) if entry.get("baseline_note") else None,
             "flaky": sorted(position[i] for i in flaky_ids),
