@@ -423,8 +423,8 @@ def compare(
     compared instead, and ``method`` says so. Fewer shared tasks than ``paired.min_pairs`` is no evidence.
     """
     limit = 0.0 if max_regression is None else float(max_regression)
-    if not math.isfinite(limit) or not 0.0 <= limit <= 1.0:
-        raise ValueError(f"max_regression must be a finite number in [0, 1], got {max_regression!r}")
+    if not math.isfinite(limit) or limit < 0:
+        raise ValueError(f"max_regression must be a finite number >= 0, got {max_regression!r}")
 
     def order(h: str) -> tuple[int, str]:
         record = baseline.tasks.get(h)
@@ -460,20 +460,20 @@ def compare(
     deltas = {h: after[h] - before[h] for h in measured}
     base_pass = {h: passes_by_count(baseline.tasks[h].n, baseline.tasks[h].successes, rule) for h in measured}
     if all(0.0 <= v <= 1.0 for v in (*before.values(), *after.values())):
-        paired = paired_test(before, after, min_reward=stats.min_reward, tolerance=limit)
+        paired = paired_test(before, after, min_reward=stats.min_reward, tolerance=min(1.0, limit))
     else:
         as_pass = paired_test(
             {h: float(base_pass[h]) for h in measured},
             {h: float(stats.per_task[h].passed) for h in measured},
-            tolerance=limit,
+            tolerance=min(1.0, limit),
         )
         paired = replace(as_pass, method=f"{as_pass.method}, on task pass/fail (rewards outside [0, 1])")
 
-    needed = min_pairs(limit)
+    needed = min_pairs(min(1.0, limit))
     no_evidence = None
     if not measured:
         no_evidence = "the baseline and this run share no task with a reward (were the rows changed?)"
-    elif len(measured) < needed:
+    elif needed is not None and len(measured) < needed:
         no_evidence = (
             f"{len(measured)} shared task{'s' * (len(measured) != 1)} with a reward, fewer than the {needed} a drop "
             f"{'' if limit == 0 else f'of more than {limit:g} '}needs to show at all (every one failing)"

@@ -166,12 +166,15 @@ def flip(before: tuple[int, int], after: tuple[int, int], rule: Rule = "all") ->
     return None
 
 
-def min_pairs(tolerance: float = 0.0, alpha: float = ALPHA) -> int:
+def min_pairs(tolerance: float = 0.0, alpha: float = ALPHA) -> int | None:
     """The fewest shared tasks that can show a drop beyond ``tolerance`` at all: every one of them failing now.
 
     That outcome's exact p is ((1 + t) / 2)**n (a task dropping with chance at most (1 + t) / 2 on the
     boundary): 5 tasks at t = 0 (p = 0.031; 4 give 0.0625), 6 at t = 0.1. Fewer is no evidence.
+    None for t >= 1: no change is a drop beyond 1.
     """
+    if tolerance >= 1.0:
+        return None
     return math.floor(math.log(alpha) / math.log((1.0 + tolerance) / 2.0)) + 1
 
 
