@@ -8,7 +8,7 @@ are where the same tests turn (one-sided, 1 - ALPHA each): ``ci_high`` is the la
 does not reject, so ``ci_high < -t`` and ``p_beyond < ALPHA`` say the same thing (to the 1e-7 the
 bound is found to), for every t, and ``ci_low`` mirrors it for a gain.
 
-* pass/fail per-task values: the exact unconditional test (Suissa & Shuster 1985's unconditional
+* pass/fail per-task values: the exact unconditional test (Suissa & Shuster 1991's unconditional
   McNemar test; with a margin, Sidik 2003): order outcomes (up, down) by Tango's score statistic for
   delta = d0, and take the largest chance of one as extreme as observed over the nuisance (how many
   tasks change at all) on the boundary delta = d0. Exact: a rejection rate never above ALPHA when H0
