@@ -334,7 +334,7 @@ def _drop_run(drop: float) -> tuple[Baseline, Any]:
 
 def test_regressed_is_a_test_of_a_drop_beyond_the_allowance() -> None:
     baseline, now = _drop_run(0.1)
-    assert compare(baseline, now).paired.p_drop < 1e-6
+    assert compare(baseline, now).paired.p_drop < 1e-4
     assert compare(baseline, now).significant_drop
     assert compare(baseline, now).regressed  # default allowance 0
     assert -0.12 < compare(baseline, now).paired.ci_high < -0.08  # the drop is at least ~0.09
@@ -360,7 +360,7 @@ def test_large_but_noisy_drop_is_not_a_regression() -> None:
 
 
 def test_two_tasks_flipping_is_not_a_regression_but_eight_of_twenty_is() -> None:
-    """Two flips: p = 0.25 (exact), and two tasks are no evidence; eight of twenty: p = 0.0024."""
+    """Two flips: p = 0.25 (exact), and two tasks are no evidence; eight of twenty: p = 0.0059."""
     two = compare(make_baseline({0: [1], 1: [1]}), suite_stats({h(0): [0], h(1): [0]}, min_reward=1.0))
     assert (two.paired.p_drop, two.paired.mean_delta) == (pytest.approx(0.25), -1.0)
     assert two.paired.method.startswith("exact unconditional")
@@ -372,7 +372,7 @@ def test_two_tasks_flipping_is_not_a_regression_but_eight_of_twenty_is() -> None
     baseline = make_baseline({i: [1] for i in range(20)})
     now = suite_stats({h(i): [0 if i < 8 else 1] for i in range(20)}, min_reward=1.0)
     eight = compare(baseline, now)
-    assert eight.paired.p_drop == pytest.approx(0.0023773, abs=1e-6)
+    assert eight.paired.p_drop == pytest.approx(0.00591, abs=1e-5)
     assert eight.regressed
     assert not compare(baseline, now, max_regression=0.5).regressed  # real, but within the allowance
     assert eight.describe(eight.new_failures) == ", ".join(f"{h(i)[:12]} (line {i + 1})" for i in range(5)) + (

@@ -143,10 +143,10 @@ def test_paired_false_positives_and_coverage(tasks: int, binary: bool) -> None:
         true_delta = -_task_rates(rate, 5.0)[1] * DROP  # E[current - baseline] per task
         false_positives = covered_null = covered_drop = 0
         for _ in range(PAIRED_SIMS):
-            null = paired_test(*_paired_run(rng, tasks, rate, 0.0, 2, binary), mc_samples=100)
+            null = paired_test(*_paired_run(rng, tasks, rate, 0.0, 2, binary))
             false_positives += null.significant_drop(0.05)
             covered_null += null.ci_low <= 0.0 <= null.ci_high
-            dropped = paired_test(*_paired_run(rng, tasks, rate, DROP, 2, binary), mc_samples=100)
+            dropped = paired_test(*_paired_run(rng, tasks, rate, DROP, 2, binary))
             covered_drop += dropped.ci_low <= true_delta <= dropped.ci_high
         assert false_positives / PAIRED_SIMS <= 0.05 + noise, rate
         assert covered_null / PAIRED_SIMS >= MIN_COVERAGE - noise, rate

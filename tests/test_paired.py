@@ -37,10 +37,10 @@ def _tango_z(up: int, down: int, n: int, d: float) -> float:
     return numerator / math.sqrt(variance)
 
 
-def _brute_force_p(up: int, down: int, n: int, d: float, grid: int = 400) -> float:
+def _brute_force_p(up: int, down: int, n: int, d: float, order: float, grid: int = 400) -> float:
     """The unconditional p by definition: every trinomial outcome, the supremum on a fine grid of the nuisance."""
-    z_obs = _tango_z(up, down, n, d)
-    region = [(u, v) for u in range(n + 1) for v in range(n + 1 - u) if _tango_z(u, v, n, d) <= z_obs + 1e-9]
+    z_obs = _tango_z(up, down, n, order)
+    region = [(u, v) for u in range(n + 1) for v in range(n + 1 - u) if _tango_z(u, v, n, order) <= z_obs + 1e-9]
     low, high = max(0.0, -d), (1.0 - d) / 2.0
     best = 0.0
     for i in range(grid + 1):
@@ -84,8 +84,9 @@ def test_four_of_eight_flipping_the_bound_and_the_test_agree() -> None:
 
 
 def test_eight_of_twenty_dropping_is_significant() -> None:
+    """p = 0.0059 (the test whose bound is shown; McNemar's conditional p was 0.0039)."""
     result = paired_test(*_runs([1.0] * 20, [0.0] * 8 + [1.0] * 12))
-    assert result.p_drop == pytest.approx(0.0023773, abs=1e-6)
+    assert result.p_drop == pytest.approx(0.00591, abs=1e-5)
     assert result.significant_drop()
     assert result.significant_drop(0.01)
     assert result.mean_delta == pytest.approx(-0.4)
@@ -98,10 +99,11 @@ def test_eight_of_twenty_dropping_is_significant() -> None:
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 12])
 def test_exact_p_against_brute_force(n: int) -> None:
-    """Every outcome of n pairs at several margins, against the definition (all outcomes, a 400-point grid)."""
+    """Every outcome of n pairs at several changes and orderings, against the definition (a 400-point grid)."""
     for up, down in [(u, v) for u in range(n + 1) for v in range(n + 1 - u)][::3]:
-        for d in (-0.3, -0.05, 0.0, 0.1):
-            assert exact_p(up, down, n, d) == pytest.approx(_brute_force_p(up, down, n, d), abs=2e-4), (up, down, d)
+        for d, order in ((-0.3, -0.3), (-0.05, -0.05), (0.0, 0.0), (0.1, 0.0), (-0.2, 0.0), (0.0, -0.1)):
+            expected = _brute_force_p(up, down, n, d, order)
+            assert exact_p(up, down, n, d, order) == pytest.approx(expected, abs=2e-4), (up, down, d, order)
 
 
 def test_exact_p_published_value() -> None:
@@ -109,14 +111,14 @@ def test_exact_p_published_value() -> None:
     prints "The McNemar exact unconditional test: P = 0.034053" (two-sided; at no change twice the one-sided), with
     the supremum taken over a 99.99% confidence set of the nuisance plus 0.0001 (Berger & Boos); the supremum over
     all of it is at least that less 0.0001, and close above."""
-    two_sided = 2 * exact_p(6, 16, 161)
+    two_sided = 2 * exact_p(6, 16, 161, order=0.0)  # ordered by McNemar's statistic, as theirs
     assert 0.034053 - 0.0001 <= two_sided <= 0.0345
 
 
 def test_exact_p_is_at_most_alpha_under_the_null() -> None:
     """Exact: for n = 12 pairs at the boundary delta = -0.1, P(p < 0.05) summed over every outcome stays <= 0.05."""
     n, d = 12, -0.1
-    rejected = [(u, v) for u in range(n + 1) for v in range(n + 1 - u) if exact_p(u, v, n, d) < ALPHA]
+    rejected = [(u, v) for u in range(n + 1) for v in range(n + 1 - u) if exact_p(u, v, n, d, order=d) < ALPHA]
     for q_down in (0.1, 0.2, 0.3, 0.45, 0.55):
         q_up = q_down + d
         size = sum(
@@ -127,19 +129,39 @@ def test_exact_p_is_at_most_alpha_under_the_null() -> None:
         assert size <= ALPHA + 1e-9, (q_down, size)
 
 
-def test_score_is_monotone_in_drops_for_each_count_of_changes() -> None:
-    """The exact test walks each count of changed tasks as a threshold: Tango's score must fall with every drop."""
+def test_score_orders_outcomes_monotonely() -> None:
+    """The exact test needs Tango's score to fall with every drop and rise with every rise (at any ordering
+    change): each count of changed tasks is then a threshold, and fewer rises or more drops only add outcomes
+    as extreme, so the supremum on the boundary is the supremum over all of H0 and p falls as the change rises."""
     for n in (5, 20, 60):
         for d in (-0.5, -0.1, 0.0, 0.2):
-            for changed in range(n + 1):
-                scores = [_tango_z(changed - v, v, n, d) for v in range(changed + 1)]
-                assert all(b <= a + 1e-12 for a, b in itertools.pairwise(scores)), (n, d, changed)
+            for fixed in range(n + 1):
+                drops = [_tango_z(fixed, v, n, d) for v in range(n + 1 - fixed)]
+                rises = [_tango_z(u, fixed, n, d) for u in range(n + 1 - fixed)]
+                assert all(b <= a + 1e-12 for a, b in itertools.pairwise(drops)), (n, d, fixed)
+                assert all(b >= a - 1e-12 for a, b in itertools.pairwise(rises)), (n, d, fixed)
+
+
+def test_p_falls_as_the_change_rises() -> None:
+    """One ordering for every change: p is monotone, so the changes not rejected are an interval (ordering at each
+    change instead made it a sawtooth: 16 up, 35 down of 67 was rejected at -0.094 and accepted at -0.084)."""
+    rng = random.Random(7)
+    for _ in range(12):
+        n = rng.randint(1, 70)
+        up = rng.randint(0, n // 3)
+        down = rng.randint(0, n - up)
+        order = rng.choice([None, 0.0, -0.05, -0.2])  # None: the order the comparison uses (Buehler's)
+        values = [exact_p(up, down, n, -1.0 + i / 50, order) for i in range(1, 100)]
+        assert all(b <= a + 1e-9 for a, b in itertools.pairwise(values)), (up, down, n, order)
+    at_each = [exact_p(16, 35, 67, d, order=d) for d in (-0.0935, -0.0845)]
+    assert at_each[0] < ALPHA <= at_each[1]  # the sawtooth, for the record
 
 
 def test_upper_bound_inverts_the_test() -> None:
-    """The bound is where the test turns: rejected just above it, not just below (random tables)."""
+    """The bound is where the test turns: rejected just above it, not just below (random tables); and it is
+    close to Tango's asymptotic bound, a little wider (exact)."""
     rng = random.Random(5)
-    for _ in range(40):
+    for _ in range(30):
         n = rng.randint(1, 40)
         up = rng.randint(0, n)
         down = rng.randint(0, n - up)
@@ -148,13 +170,16 @@ def test_upper_bound_inverts_the_test() -> None:
         if bound < 1.0:
             assert exact_p(up, down, n, bound) < ALPHA
             assert exact_p(up, down, n, bound - 1e-6) >= ALPHA
+        if n >= 15:
+            assert abs(bound - tango_interval(up, down, n, 0.90)[1]) < 0.05
 
 
 @pytest.mark.parametrize("tolerance", [0.0, 0.05, 0.1, 0.3])
 def test_min_pairs_is_where_all_failing_becomes_significant(tolerance: float) -> None:
     needed = min_pairs(tolerance)
     assert needed is not None
-    assert exact_p(0, needed, needed, -tolerance) < ALPHA <= exact_p(0, needed - 1, needed - 1, -tolerance)
+    d = -tolerance
+    assert exact_p(0, needed, needed, d, d) < ALPHA <= exact_p(0, needed - 1, needed - 1, d, d)
     assert min_pairs(1.0) is None
 
 

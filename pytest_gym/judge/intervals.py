@@ -199,6 +199,18 @@ def t_ppf(p: float, df: float) -> float:
     return t
 
 
+def t_cdf(t: float, df: float) -> float:
+    """Student-t distribution function for real df > 0: P(T <= t)."""
+    if not df > 0.0:
+        raise ValueError(f"df must be positive, got {df!r}")
+    if math.isnan(t):
+        raise ValueError("t must not be NaN")
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t), t * t / (df + t * t))  # P(T > |t|)
+    return tail if t < 0 else 1.0 - tail
+
+
 def clopper_pearson(successes: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Exact binomial interval, extended to non-integer successes and n through the beta quantiles."""
     _check_confidence(confidence)
