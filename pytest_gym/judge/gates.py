@@ -272,13 +272,13 @@ def evaluate(
     plain = _evaluate(gate, stats, comparison, no_comparison)
     if imputed is None or not imputed.errored or gate.metric == "error_rate" or stats.trials == 0:
         return plain
-    return _over_errors(gate, plain, imputed, no_comparison)
+    return _over_errors(gate, stats, plain, imputed, no_comparison)
 
 
-def _range(gate: Gate, imputed: Imputed, no_comparison: str) -> tuple[float, float] | None:
+def _range(gate: Gate, stats: SuiteStats, imputed: Imputed, no_comparison: str) -> tuple[float, float] | None:
     """The metric's lowest and highest value over the errored trials counted as failures or as successes."""
     if gate.metric == "flaky_rate":
-        return imputed.as_failed.flaky_rate_range()  # per task the mix of outcomes that makes it lowest / highest
+        return stats.flaky_rate_range()  # per task the mix of outcomes that makes it lowest / highest
     low, _ = _measure(gate, imputed.as_failed, imputed.comparison_failed, no_comparison)
     high, _ = _measure(gate, imputed.as_passed, imputed.comparison_passed, no_comparison)
     if low is None or high is None:
@@ -286,9 +286,9 @@ def _range(gate: Gate, imputed: Imputed, no_comparison: str) -> tuple[float, flo
     return min(low, high), max(low, high)
 
 
-def _over_errors(gate: Gate, plain: GateResult, imputed: Imputed, no_comparison: str) -> GateResult:
+def _over_errors(gate: Gate, stats: SuiteStats, plain: GateResult, imputed: Imputed, no_comparison: str) -> GateResult:
     """PASS only when the gate holds both ways, FAIL when it fails both ways, else undecided (and failed)."""
-    span = _range(gate, imputed, no_comparison)
+    span = _range(gate, stats, imputed, no_comparison)
     if span is None:
         return plain
     low, high = span
