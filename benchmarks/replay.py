@@ -43,10 +43,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.cassette import CASSETTE_FILE
-from pytest_gym.gym.deployment import start_policy
-from pytest_gym.gym.processes import stop_supervised
-from pytest_gym.gym.recorder import start_recorder
+from pytest_gym.process.groups import stop_supervised
+from pytest_gym.runfolder.layout import CASSETTE_FILE
+from pytest_gym.standins.launch import start_policy, start_recorder
 
 
 def prompts(rows: int) -> list[dict[str, Any]]:
@@ -135,7 +134,7 @@ def suite_rows(rows: int) -> list[dict[str, Any]]:
 
 def serve_policy(port: int, latency_ms: float, log: Path) -> subprocess.Popen[bytes]:
     """The scripted policy on a fixed port (the one Gym's policy_base_url names), answering \\boxed{E}."""
-    args = [sys.executable, "-m", "pytest_gym.gym.policy", "--port", str(port), "--answer", "\\boxed{E}",
+    args = [sys.executable, "-m", "pytest_gym.standins.policy", "--port", str(port), "--answer", "\\boxed{E}",
             f"--latency-ms={latency_ms}"]  # fmt: skip
     proc = subprocess.Popen(args, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 20
@@ -174,7 +173,8 @@ def run_suite(root: Path, name: str, head: str, args: argparse.Namespace) -> tup
 
 
 def suite_main(args: argparse.Namespace) -> int:
-    from pytest_gym.gym.deployment import free_port, start_deployment, stop_started
+    from pytest_gym.gym.deployment import start_deployment, stop_started
+    from pytest_gym.gym.startargs import free_port
 
     cli = os.environ.get("PYTEST_GYM_CLI") or shutil.which("gym")
     if not cli:

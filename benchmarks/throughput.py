@@ -58,7 +58,8 @@ sys.path.insert(0, str(ROOT))
 
 from pytest_gym.core.endpoint import GymEndpoint  # noqa: E402
 from pytest_gym.core.settings import GymSettings  # noqa: E402
-from pytest_gym.gym.deployment import discover, start_deployment, stop_started  # noqa: E402
+from pytest_gym.gym.deployment import start_deployment, stop_started  # noqa: E402
+from pytest_gym.gym.discovery import discover  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "mcqa" / "example.jsonl"
 AGENT = "mcqa_simple_agent"

@@ -23,7 +23,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.judge.messages import failure_message, fault_message
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
 from pytest_gym.xdist_hooks import SESSION_PLUGIN
 

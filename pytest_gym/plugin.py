@@ -19,7 +19,7 @@ from pytest_gym.xdist_hooks import SESSION_PLUGIN, XdistHooks
 if TYPE_CHECKING:
     from pytest_gym.collect import GymDatasetFile
     from pytest_gym.core.outcome import TrialOutcome
-    from pytest_gym.gym.server import GymServer
+    from pytest_gym.runner.server import GymServer
     from pytest_gym.session import GymSession
 
 

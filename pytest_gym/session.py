@@ -36,8 +36,6 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
 from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
-from pytest_gym.gym.run import GymRun
-from pytest_gym.gym.server import GymServer
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import BadGate, SuiteResults, SuiteVerdict, parse_gates
 from pytest_gym.report.junit import flat_properties, postprocess_junit
@@ -45,44 +43,51 @@ from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount, parse_error_budget
+from pytest_gym.runfolder.layout import (
+    BENCHMARK_METRICS_FILE,
+    NO_MODEL_CASSETTE,
+    REPORT_FILE,
+    RUN_INFO_FILE,
+    RUN_STARTED_FILE,
+    SUMMARY_FILE,
+)
 from pytest_gym.runfolder.location import check_run_dir_unused, new_run_dir
 from pytest_gym.runfolder.merge import (
     MergeError,
     MissingTrial,
     ShardRecords,
-    failed_outcome,
     index_shards,
     missing_message,
     read_shard_folders,
     write_merged,
 )
+from pytest_gym.runfolder.records import outcome_from_failure, outcome_from_rollout
 from pytest_gym.runfolder.runinfo import (
-    RUN_INFO_FILE,
     Reusable,
     dataset_entries,
     file_sha256,
     load_reusable,
-    reused_outcome,
     write_run_info,
 )
 from pytest_gym.runfolder.scrub import scrub_run_folder
-from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
+from pytest_gym.runfolder.summary import write_summary
+from pytest_gym.runner.run import GymRun
+from pytest_gym.runner.server import GymServer
 from pytest_gym.suitefile import suite_settings
-from pytest_gym.xdist_hooks import SESSION_PLUGIN, WORKER_OUTPUT, worker_queue, worker_run_dir, worker_slot
+from pytest_gym.xdist_hooks import (
+    SESSION_PLUGIN,
+    WORKER_OUTPUT,
+    worker_owner_pid,
+    worker_queue,
+    worker_run_dir,
+    worker_slot,
+)
 
 if TYPE_CHECKING:
     from pytest_gym.gym.rescore import RescoredTrials
 
 T = TypeVar("T")
 SESSION_KEY = pytest.StashKey["GymSession"]()
-#: The HTML report in the run folder.
-REPORT_FILE = "report.html"
-#: When a run with --gym-run-timeout started (seconds since the epoch): xdist workers read the owner's.
-RUN_STARTED_FILE = "run_started"
-#: Gym's own aggregate metrics for each benchmark suite.
-BENCHMARK_METRICS_FILE = "gym_benchmark_metrics.json"
-#: --gym-rescore: the empty cassette Gym's model points at (a replay server that refuses every call).
-NO_MODEL_CASSETTE = "rescore_no_model.jsonl"
 #: Run-folder files handed to exporters (the ones that exist).
 ARTIFACTS = (
     "rollouts.jsonl",
@@ -145,7 +150,13 @@ class GymSession:
         #: In a shard: per suite, the labels of the gates left to the merge.
         self.deferred_gates: dict[str, list[str]] = {}
         workerinput = getattr(config, "workerinput", None)
-        self.run = GymRun(settings=settings, run_dir=run_dir, owner=owner, worker=worker_slot(workerinput))
+        self.run = GymRun(
+            settings=settings,
+            run_dir=run_dir,
+            owner=owner,
+            worker=worker_slot(workerinput),
+            owner_pid=worker_owner_pid(workerinput),
+        )
         self.gates = self._gates(settings.gate, "--gym-gate / gym_gate")
         #: Notes for the terminal section and the summary: this process's, and (controller) the workers'.
         self.notes: list[str] = []
@@ -353,7 +364,8 @@ class GymSession:
     @staticmethod
     def _check_rescore(settings: GymSettings) -> None:
         """--gym-rescore RUN_DIR must be a run folder with saved answers; it replaces rolling out, nothing else."""
-        from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE, read_jsonl
+        from pytest_gym.core.jsonl import read_jsonl
+        from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE
 
         source = Path(settings.rescore or "")
         fix = "give the run folder of an earlier pytest-gym (or `gym eval run`) run"
@@ -642,7 +654,8 @@ class GymSession:
         spec = item.spec
         state = self._trial_state(item.session)
         record = state.reusable.take(spec.task.hash, spec.repeat) if state.reusable else None
-        outcome = reused_outcome(spec, record, from_shard=self.merged is not None) if record else None
+        from_shard = self.merged is not None
+        outcome = outcome_from_rollout(spec, record, reused=not from_shard, keep_latency=from_shard) if record else None
         if state.rescored is not None:
             outcome = state.rescored.outcome(spec)  # no rollout: the saved answer, verified again
             self.run.open_writer().record(outcome)
@@ -715,7 +728,7 @@ class GymSession:
     def _replay_miss(self, outcome: TrialOutcome, spec: TrialSpec) -> str:
         """Why a replayed trial had no recording (Gym reports only that its model call failed)."""
         from pytest_gym.core.dataset import DatasetError
-        from pytest_gym.gym.cassette import misses_for_row, read_misses
+        from pytest_gym.standins.cassette import misses_for_row, read_misses
 
         try:
             row = outcome.request or spec.task.load_row()
@@ -729,7 +742,7 @@ class GymSession:
         assert self.merged is not None
         failure = self.merged.failure(spec.task.hash, spec.repeat)
         if failure is not None:
-            return failed_outcome(spec, failure)
+            return outcome_from_failure(spec, failure)
         pytest.fail(
             missing_message(
                 [MissingTrial(spec.nodeid, spec.task.hash, spec.repeat)],

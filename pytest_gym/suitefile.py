@@ -71,7 +71,7 @@ def suite_hydra(path: Path, suite: SuiteFile) -> tuple[str, ...]:
     """The suite file's ``hydra:`` mapping as ``DOTTED.KEY=VALUE`` items (values in Hydra's syntax)."""
     from pytest_gym.core.endpoint import GymError
     from pytest_gym.core.settings import set_credentials
-    from pytest_gym.gym.deployment import flatten_hydra
+    from pytest_gym.gym.startargs import flatten_hydra
 
     try:
         items = tuple(flatten_hydra(suite.hydra))

@@ -14,6 +14,7 @@ starts its session with the first trial report.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -63,6 +64,15 @@ def worker_slot(workerinput: dict[str, Any] | None) -> tuple[int, int] | None:
     workerid = str(workerinput.get("workerid", "gw0"))
     digits = "".join(ch for ch in workerid if ch.isdigit())
     return (int(digits) if digits else 0), max(1, count)
+
+
+def worker_owner_pid(workerinput: dict[str, Any] | None) -> int | None:
+    """The controller's pid on an xdist worker (xdist starts workers as its children); None elsewhere.
+
+    What a worker starts (Gym, the policy) must outlive the worker: the controller still asks Gym for its
+    aggregate metrics and stops it after the workers have ended.
+    """
+    return None if workerinput is None else os.getppid()
 
 
 def worker_run_dir(workerinput: dict[str, Any] | None) -> Path | None:

@@ -16,19 +16,11 @@ from typing import Any
 
 import pytest
 
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
-from pytest_gym.runfolder.rollouts import (
-    AGGREGATE_FILE,
-    FAILURES_FILE,
-    MATERIALIZED_FILE,
-    ROLLOUTS_FILE,
-    EnvironmentServer,
-    RunFolderWriter,
-    aggregate_entry,
-    aggregate_request,
-    read_jsonl,
-    write_aggregate_metrics,
-)
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.records import EnvironmentServer
+from pytest_gym.runfolder.rollouts import RunFolderWriter, aggregate_entry, aggregate_request, write_aggregate_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GYM_CLI = ROOT / ".venvs" / "gym" / "bin" / "gym"

@@ -100,7 +100,7 @@ def test_a_50_mb_answer_is_refused_without_reading_it_all(server: tuple[str, typ
 
 
 def test_connection_refused_is_a_connection_fault() -> None:
-    from pytest_gym.gym.deployment import free_port
+    from pytest_gym.gym.startargs import free_port
 
     with pytest.raises(TrialFault) as excinfo:
         _post(f"http://127.0.0.1:{free_port()}/run")

@@ -132,7 +132,7 @@ def test_gym_server_fixture_runs_hand_written_rows(pytester: pytest.Pytester, ex
 
 
 def test_unreachable_gym_url_errors_each_trial_once(pytester: pytest.Pytester, example: Path) -> None:
-    from pytest_gym.gym.deployment import free_port
+    from pytest_gym.gym.startargs import free_port
 
     result = pytester.runpytest("--gym-url", f"http://127.0.0.1:{free_port()}", "--gym-dataset", "example.jsonl")
     result.assert_outcomes(errors=5)
@@ -146,7 +146,7 @@ def test_start_mode_runs_real_gym_and_stops_it(pytester: pytest.Pytester, exampl
     state = json.loads((pytester.path / "run" / "deployment.json").read_text())
     assert "started" not in state
     assert state["stopped"][0].startswith("gym: stopped")
-    from pytest_gym.gym.processes import group_alive
+    from pytest_gym.process.groups import group_alive
 
     assert (pytester.path / "run" / "gym_env.log").read_text().count("pytest-gym: ") == 1
     server_pids = [s["pid"] for s in state["endpoint"]["servers"] if s["pid"]]

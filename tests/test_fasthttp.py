@@ -19,7 +19,7 @@ import pytest
 from pytest_gym.core.dataset import Task
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialSpec
-from pytest_gym.gym.deployment import free_port
+from pytest_gym.gym.startargs import free_port
 from pytest_gym.rollout.dispatcher import Dispatcher
 from pytest_gym.rollout.http import BodyTooLarge, FetchError, HTTPPool, ProtocolError, fetch
 from pytest_gym.rollout.retry import MAX_RETRY_AFTER_S, retry_after_s, retry_delay_s

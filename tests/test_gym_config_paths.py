@@ -15,7 +15,7 @@ import pytest
 from fakegym import install, recorded_argv, start_args
 
 from pytest_gym.core.settings import gym_config_path
-from pytest_gym.gym.processes import first_error
+from pytest_gym.process.groups import first_error
 
 LC = "resources_servers/equivalence_rule/configs/lc.yaml"
 MODEL = "responses_api_models/openai_model/configs/openai_model.yaml"

@@ -22,8 +22,9 @@ from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.judge.stats import suite_stats
 from pytest_gym.report.html import build_report, embed_json, prompt_text, report_data
+from pytest_gym.runfolder.layout import SUMMARY_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter, write_aggregate_metrics
-from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
+from pytest_gym.runfolder.summary import write_summary
 
 SUITE = "data/qa.jsonl"
 

@@ -16,7 +16,7 @@ from fakegym import MARK, install, recorded_argv, start_args, wait_gone
 
 from conftest import need_gym
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import bind_override, flatten_hydra, gym_command, hydra_item
+from pytest_gym.gym.startargs import bind_override, flatten_hydra, gym_command, hydra_item
 
 SECRET = "zz-knob-secret-MARKER-4f1c"
 ENV_SECRET = "zz-env-token-MARKER-77aa"

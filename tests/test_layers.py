@@ -16,7 +16,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "pytest_gym"
 
 #: Low -> high. A module belongs to the layer of its subpackage; modules directly in the package are "top".
-LAYERS = ("core", "judge", "runfolder", "rollout", "gym", "exporters", "report", "top")
+LAYERS = ("core", "judge", "runfolder", "rollout", "process", "standins", "gym", "runner", "exporters", "report", "top")
 #: Third-party roots a layer may import only from the given layer up.
 RESTRICTED = {"pytest": "report", "_pytest": "report", "xdist": "top"}
 

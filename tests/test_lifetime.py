@@ -22,7 +22,7 @@ from fakegym import MARK, install, kill_all, marked, wait_gone
 
 from conftest import start_mode
 from pytest_gym.core.pids import pid_alive
-from pytest_gym.gym.processes import Supervised, spawn_supervised, stop_supervised
+from pytest_gym.process.groups import Supervised, spawn_supervised, stop_supervised
 
 HOLD_TEST = """
 import os, time

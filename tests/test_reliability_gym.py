@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EXAMPLE, RealGym, attach, start_mode
-from pytest_gym.gym.processes import group_alive
+from pytest_gym.process.groups import group_alive
 
 pytestmark = pytest.mark.gym
 

@@ -20,12 +20,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.cassette import (
-    CASSETTE_FILE,
+from pytest_gym.process.groups import stop_supervised
+from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
+from pytest_gym.standins.cassette import (
     DEFAULT_IGNORE,
-    MISSES_FILE,
-    AppendLog,
     Cassette,
     Recording,
     canonical_request,
@@ -37,10 +37,9 @@ from pytest_gym.gym.cassette import (
     read_misses,
     request_hash,
 )
-from pytest_gym.gym.deployment import start_policy
-from pytest_gym.gym.policy import PolicyServer, Script
-from pytest_gym.gym.processes import stop_supervised
-from pytest_gym.gym.recorder import MISS_STATUS, RecorderConfig, RecorderServer, main, start_recorder
+from pytest_gym.standins.launch import start_policy, start_recorder
+from pytest_gym.standins.policy import PolicyServer, Script
+from pytest_gym.standins.recorder import MISS_STATUS, RecorderConfig, RecorderServer, main
 
 MARKER = "sk-replay-MARKER-5d1e0b"
 
@@ -546,7 +545,7 @@ def test_models_listing_is_replayed_or_made_up_and_unknown_routes_fail_fast(
 
 
 def test_an_unreachable_upstream_is_a_502_and_nothing_is_recorded(servers: list[Running], tmp_path: Path) -> None:
-    from pytest_gym.gym.deployment import free_port
+    from pytest_gym.gym.startargs import free_port
 
     port = free_port()
     rec = recorder(servers, mode="record", run_dir=tmp_path, upstream=f"http://user:pw-{MARKER}@127.0.0.1:{port}/v1")
@@ -654,9 +653,9 @@ class FakeGym:
 
 def write_run(run_dir: Path, answers: list[str], rewards: list[float]) -> None:
     from pytest_gym.core.outcome import TrialOutcome
-    from pytest_gym.gym.policy import responses_object
     from pytest_gym.rollout.transport import build_request
     from pytest_gym.runfolder.rollouts import RunFolderWriter
+    from pytest_gym.standins.policy import responses_object
 
     with RunFolderWriter(run_dir) as writer:
         for task, (text, reward) in enumerate(zip(answers, rewards, strict=True)):
@@ -679,8 +678,8 @@ def write_run(run_dir: Path, answers: list[str], rewards: list[float]) -> None:
 
 def test_rescore_reports_changed_rewards_and_refuses_servers_that_cannot_be_reverified(tmp_path: Path) -> None:
     from pytest_gym.core.endpoint import GymError
+    from pytest_gym.core.jsonl import read_jsonl
     from pytest_gym.gym.rescore import rescore
-    from pytest_gym.runfolder.rollouts import read_jsonl
 
     fake = FakeGym()
     try:

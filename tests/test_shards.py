@@ -19,7 +19,7 @@ from pytest_gym.core.shard import (
     shard_of,
     shard_sizes,
 )
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE
+from pytest_gym.runfolder.layout import RUN_INFO_FILE
 
 NO_GYM = ("--gym-cli", "/nonexistent/gym", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
 

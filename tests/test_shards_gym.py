@@ -20,7 +20,8 @@ import pytest
 import xmlschema
 
 from conftest import EXAMPLE, RealGym
-from pytest_gym.runfolder.rollouts import AGGREGATE_FILE, ROLLOUTS_FILE, read_jsonl
+from pytest_gym.core.jsonl import read_jsonl
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, ROLLOUTS_FILE
 
 pytestmark = pytest.mark.gym
 

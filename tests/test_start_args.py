@@ -17,8 +17,9 @@ from fakegym import install, recorded_argv, start_args
 
 from conftest import need_gym
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import gym_command, hydra_quote, start_policy
-from pytest_gym.gym.processes import stop_supervised
+from pytest_gym.gym.startargs import gym_command, hydra_quote
+from pytest_gym.process.groups import stop_supervised
+from pytest_gym.standins.launch import start_policy
 
 MARKER = "sk-pytestgym-MARKER-5e1d"
 PROBE = """

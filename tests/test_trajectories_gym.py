@@ -16,7 +16,7 @@ import pytest
 
 from conftest import start_mode
 from pytest_gym.core.dataset import task_hash
-from pytest_gym.runfolder.rollouts import read_jsonl
+from pytest_gym.core.jsonl import read_jsonl
 
 pytestmark = pytest.mark.gym
 

@@ -21,9 +21,11 @@ CHEAP = {
     "pytest_gym.core",
     "pytest_gym.core.options",
     "pytest_gym.core.outcome",
+    "pytest_gym.core.numbers",
     "pytest_gym.core.dataset",
     "pytest_gym.core.masking",
     "pytest_gym.runfolder",
+    "pytest_gym.runfolder.layout",
     "pytest_gym.runfolder.location",
 }
 #: Third-party packages only a used plugin needs (the roots of their module names).

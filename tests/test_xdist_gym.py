@@ -19,7 +19,8 @@ import pytest
 
 from conftest import EXAMPLE, RealGym, attach
 from pytest_gym.core.dataset import task_hash
-from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard
+from pytest_gym.rollout.claims import ClaimBoard
+from pytest_gym.runfolder.layout import BOARD_DIR
 
 pytestmark = pytest.mark.gym
 

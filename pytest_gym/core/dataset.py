@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,7 +221,3 @@ def read_tasks(path: Path, row_hook: RowHook | None = None, fields: Sequence[str
             path=path, line=line, offset=offset, hash=digest, row_override=override, packed_fields=kept
         )
     return list(tasks.values())
-
-
-def is_finite_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gym.core.dataset import Task
+from pytest_gym.core.numbers import is_int
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,4 @@ def token_usage(answer: dict[str, Any]) -> dict[str, int]:
     usage = response.get("usage") if isinstance(response, dict) else None
     if not isinstance(usage, dict):
         return {}
-    return {
-        k: int(v) for k, v in usage.items() if k.endswith("tokens") and isinstance(v, int) and not isinstance(v, bool)
-    }
+    return {k: int(v) for k, v in usage.items() if k.endswith("tokens") and is_int(v)}

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_gym.core.masking import known_secrets, mask_mapping, mask_secrets
-from pytest_gym.runfolder.summary import SUMMARY_FILE
+from pytest_gym.runfolder.layout import SUMMARY_FILE
 
 ENTRY_POINT_GROUP = "pytest_gym.exporters"
 _ENV_KEY = "pytest_gym_env"

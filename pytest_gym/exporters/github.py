@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.exporters.api import Exporter, ExportResult, ExportRun, mask_text
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -17,7 +18,7 @@ def marker(run_id: str) -> str:
 
 
 def _num(value: Any) -> str:
-    return f"{value:.3f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "n/a"
+    return f"{value:.3f}" if is_number(value) else "n/a"
 
 
 def _cell(text: str) -> str:
@@ -42,14 +43,14 @@ def _gates(metrics: dict[str, Any]) -> str:
 
 
 def _int(value: Any) -> str:
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else "n/a"
+    return str(value) if is_int(value) else "n/a"
 
 
 def _totals_row(suite: str, totals: dict[str, Any]) -> str:
     tokens = " / ".join(_int(totals.get(k)) for k in ("input_tokens", "output_tokens", "total_tokens"))
     latency = " / ".join(_num(totals.get(f"latency_{q}_s")) for q in ("p50", "p90", "p99", "max"))
     cost = totals.get("cost")
-    shown_cost = f"{cost:.4g}" if isinstance(cost, (int, float)) and not isinstance(cost, bool) else "n/a"
+    shown_cost = f"{cost:.4g}" if is_number(cost) else "n/a"
     return f"| {_cell(suite)} | {tokens} | {latency} | {_int(totals.get('retries'))} | {shown_cost} |"
 
 

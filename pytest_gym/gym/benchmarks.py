@@ -10,7 +10,6 @@ Its log is ``gym_prepare.log``. Prepared once per run, under a lock (xdist worke
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 from collections.abc import Iterator
@@ -19,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.endpoint import GymError
+from pytest_gym.core.locks import LockTimeout, locked
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import find_gym_cli, gym_environment, gym_roots
-from pytest_gym.gym.processes import first_error, log_tail, spawn_supervised, stop_supervised, supervisor_popen
-
-PREPARE_LOG = "gym_prepare.log"
-LOCK_FILE = ".benchmarks.lock"
+from pytest_gym.gym.deployment import gym_environment
+from pytest_gym.gym.startargs import find_gym_cli, gym_roots
+from pytest_gym.process.groups import first_error, log_tail, spawn_supervised, stop_supervised, supervisor_popen
+from pytest_gym.runfolder.layout import BENCHMARKS_LOCK, PREPARE_LOG
 
 
 @dataclass(frozen=True)
@@ -106,26 +105,14 @@ def _benchmark_dataset(config: dict[str, Any]) -> tuple[str | None, dict[str, An
 @contextlib.contextmanager
 def _locked(run_dir: Path, timeout: float) -> Iterator[None]:
     """The run's benchmark lock: one process prepares, the others (xdist workers) wait for it, bounded."""
-    import time
-
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / LOCK_FILE).open("a") as fh:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise GymError(
-                        f"another process of this run held {run_dir / LOCK_FILE} (preparing a benchmark) for "
-                        f"{timeout:g} s; raise --gym-startup-timeout, or pass --gym-benchmark-data PATH"
-                    ) from None
-                time.sleep(0.1)
-        try:
+    try:
+        with locked(run_dir / BENCHMARKS_LOCK, timeout):
             yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    except LockTimeout:
+        raise GymError(
+            f"another process of this run held {run_dir / BENCHMARKS_LOCK} (preparing a benchmark) for "
+            f"{timeout:g} s; raise --gym-startup-timeout, or pass --gym-benchmark-data PATH"
+        ) from None
 
 
 def benchmark_suite(name: str, settings: GymSettings, run_dir: Path, data: str | None = None) -> Benchmark:

@@ -14,11 +14,9 @@ suite, unnamed) still reads: it stands for the suite that shares tasks with it.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
 
 from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.locks import locked
 from pytest_gym.judge.paired import ALPHA, PairedTest, Rule, flip, min_pairs, paired_test, passes_by_count
 from pytest_gym.judge.stats import SuiteStats
 
@@ -229,23 +228,6 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``folder`` (Unix), so two runs updating suites of one file do not lose either."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on Unix: no lock
-        yield
-        return
-    folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
 def update_baselines(path: Path | str, baselines: Mapping[str, Baseline]) -> list[str]:
     """Write these suites' baselines into the file, keeping every other suite's; returns notes on what was dropped.
 
@@ -256,7 +238,8 @@ def update_baselines(path: Path | str, baselines: Mapping[str, Baseline]) -> lis
     """
     path = Path(path)
     notes: list[str] = []
-    with _locked(path.parent):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path.parent):  # two runs updating suites of one file lose neither
         try:
             stored = load_baselines(path)
         except BaselineError as exc:

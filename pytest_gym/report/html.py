@@ -41,21 +41,22 @@ from typing import Any, TypeAlias
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import MASK, SECRET_NAME, known_secrets, mask_secrets
+from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
 from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats
-from pytest_gym.runfolder.rollouts import (
+from pytest_gym.runfolder.layout import (
     AGGREGATE_FILE,
     FAILURES_FILE,
     MATERIALIZED_FILE,
+    REPORT_FILE,
     ROLLOUTS_FILE,
-    read_jsonl,
+    RUN_INFO_FILE,
+    SUMMARY_FILE,
 )
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE
-from pytest_gym.runfolder.summary import SUMMARY_FILE
 
-REPORT_FILE = "report.html"
 #: Version of the embedded data's shape (the page's script reads it).
 SCHEMA = 1
 #: Key stamped on every record by RunFolderWriter: the trial's latency in seconds.
@@ -134,7 +135,7 @@ def _finite(value: Any) -> Any:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if not is_number(value):
         return None
     return float(value) if math.isfinite(value) else None
 
@@ -247,7 +248,7 @@ def _tokens(answer: Mapping[str, Any]) -> list[int] | None:
     values = []
     for name in ("input_tokens", "output_tokens", "total_tokens"):
         value = usage.get(name)
-        values.append(int(value) if isinstance(value, int) and not isinstance(value, bool) else None)
+        values.append(int(value) if is_int(value) else None)
     if values[2] is None and values[0] is not None and values[1] is not None:
         values[2] = values[0] + values[1]
     if all(v is None for v in values):
@@ -323,10 +324,10 @@ def _collect(run_dir: Path, mask: _Masker) -> dict[tuple[str, str], _Task]:
             if task is None:
                 task = tasks[(suite, key)] = _Task(suite, key)
             index = record.get("_ng_task_index")
-            if isinstance(index, int) and not isinstance(index, bool):
+            if is_int(index):
                 task.index = index
             repeat = record.get("_ng_rollout_index")
-            repeat = repeat if isinstance(repeat, int) and not isinstance(repeat, bool) else len(task.trials)
+            repeat = repeat if is_int(repeat) else len(task.trials)
             nodeid = record.get("_pytest_gym_nodeid")
             task.trials[repeat] = _Trial(repeat, record, ok, nodeid if isinstance(nodeid, str) else None)
     return tasks
@@ -624,7 +625,7 @@ class _Builder:
         if latency is not None:
             out["latency"] = round(latency, 3)
         attempts = record.get("_pytest_gym_attempts")
-        if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts != 1:
+        if is_int(attempts) and attempts != 1:
             out["attempts"] = attempts
         if not trial.ok:
             status = record.get("_ng_failure_http_status")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import math
 import time
 from typing import Any
 
@@ -21,10 +20,12 @@ from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.numbers import is_finite_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
+from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _EXCERPT = 200
@@ -66,10 +67,10 @@ def build_request(
     body = dict(row)
     if agent is not None:
         body["agent_ref"] = {"name": agent}
-    body["_ng_task_index"] = task_index
-    body["_ng_rollout_index"] = repeat
+    body[TASK_INDEX_KEY] = task_index
+    body[ROLLOUT_INDEX_KEY] = repeat
     if rollout_id is not None:
-        body["_ng_rollout_id"] = rollout_id
+        body[ROLLOUT_ID_KEY] = rollout_id
     return body
 
 
@@ -106,7 +107,7 @@ def parse_answer(
         reason = mask_secrets(str(answer.get("failure_reason") or ""))[:_EXCERPT]
         raise TrialFault("gym_failure", f"Gym reported an infrastructure failure ({kind}): {reason}", status)
     reward = answer[reward_key]
-    if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+    if not is_finite_number(reward):
         raise TrialFault("bad_reward", f"reward {reward_key!r} is {reward!r}, not a finite number", status)
     return answer, float(reward)
 

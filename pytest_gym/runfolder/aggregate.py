@@ -24,10 +24,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_gym.core.numbers import is_number
 from pytest_gym.judge.intervals import t_ppf
+from pytest_gym.runfolder.records import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
-TASK = "_ng_task_index"
-ROLLOUT = "_ng_rollout_index"
+TASK = TASK_INDEX_KEY
+ROLLOUT = ROLLOUT_INDEX_KEY
 AGENT_REF = "agent_ref"
 MASK = "mask_sample"
 _STATS = ("mean", "max", "min", "median", "std")
@@ -57,7 +59,7 @@ def _is_primary(name: str) -> bool:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return is_number(value)
 
 
 def _numeric_fields(items: Iterable[tuple[str, Any]], skip: frozenset[str] = frozenset()) -> dict[str, float]:

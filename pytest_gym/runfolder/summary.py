@@ -9,9 +9,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text, mask_data
-
-#: The one definition of the summary file's name (exporters and the report read it too).
-SUMMARY_FILE = "pytest_gym_summary.json"
+from pytest_gym.runfolder.layout import SUMMARY_FILE
 
 
 def _bounded(data: Any) -> Any:

@@ -1,6 +1,6 @@
 """Run one command (Gym, or the scripted policy) for as long as the pytest run that started it.
 
-``python -m pytest_gym.gym.supervisor --first INT --grace 30 --state-file F [--owner PID] -- CMD ...``
+``python -m pytest_gym.process.supervisor --first INT --grace 30 --state-file F [--owner PID] -- CMD ...``
 
 pytest starts this in a session of its own, with a pipe as its stdin. It starts
 ``CMD`` as the leader of a new process group (Gym's servers and Ray join that
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from pytest_gym.core.pids import pid_alive
-from pytest_gym.gym.processes import process_start_time, stop_group
+from pytest_gym.process.groups import process_start_time, stop_group
 
 #: Seconds between checks of the command and the owner (the pipe and signals wake the loop at once).
 POLL_S = 0.25
@@ -107,7 +107,7 @@ def _sweep_session(grace: float = 2.0) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_gym.gym.supervisor")
+    parser = argparse.ArgumentParser(prog="python -m pytest_gym.process.supervisor")
     parser.add_argument("--first", choices=("INT", "TERM"), default="INT", help="signal that starts the stop")
     parser.add_argument("--grace", type=float, default=30.0, help="seconds after it before SIGTERM and SIGKILL")
     parser.add_argument("--state-file", required=True)

@@ -29,7 +29,6 @@ import argparse
 import hashlib
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -39,6 +38,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from pytest_gym.standins.serve import serve
 
 FAULT_MODES = ("status", "hang", "garbage")
 
@@ -379,7 +380,7 @@ class PolicyServer(ThreadingHTTPServer):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_gym.gym.policy", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pytest_gym.standins.policy", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--answer", default=Script.answer)
@@ -392,22 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     if initial:  # e.g. {"tool_name": "get_weather"}: a started policy that calls a tool from the first trial
         script.update(json.loads(initial))
     server = PolicyServer(args.host, args.port, script)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    port = server.server_address[1]
-    if args.port_file:
-        tmp = f"{args.port_file}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(str(port))
-        os.replace(tmp, args.port_file)
-    print(f"pytest-gym scripted policy listening on {server.url}", flush=True)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        print(f"pytest-gym scripted policy stopped; stats: {json.dumps(server.state.stats())}", flush=True)
-    return 0
+    return serve(
+        server,
+        args.port_file,
+        f"pytest-gym scripted policy listening on {server.url}",
+        "pytest-gym scripted policy",
+        server.state.stats,
+    )
 
 
 if __name__ == "__main__":

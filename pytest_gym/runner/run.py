@@ -20,31 +20,28 @@ from typing import TYPE_CHECKING, Any
 from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
-from pytest_gym.gym.server import GymServer
 from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
-from pytest_gym.rollout.claims import BOARD_DIR, BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
+from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
+from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE
 from pytest_gym.runfolder.rollouts import (
-    ROLLOUTS_FILE,
     RunFolderWriter,
     aggregate_answer,
     aggregate_entry,
     aggregate_request_from_records,
-    read_jsonl,
     write_aggregate_metrics,
 )
 from pytest_gym.runfolder.runinfo import write_run_info
+from pytest_gym.runner.server import GymServer
 
 if TYPE_CHECKING:
     from pytest_gym.gym.rescore import RescoreResult
     from pytest_gym.rollout.dispatcher import Dispatcher
-
-#: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
-ATTACHED_FILE = "attached.json"
 
 
 @dataclass
@@ -56,6 +53,9 @@ class GymRun:
     owner: bool
     #: (index, count) of this xdist worker; None without xdist and on the controller.
     worker: tuple[int, int] | None = None
+    #: The process whose end ends the run when it is not this one (an xdist worker's controller): what this
+    #: process starts lives until that one ends. Decided at the top, where xdist is known.
+    owner_pid: int | None = None
     server: GymServer | None = None
     dispatcher: Dispatcher | None = None  # imported when a process opens Gym: the xdist controller never does
     writer: RunFolderWriter | None = None
@@ -99,7 +99,7 @@ class GymRun:
             raise GymError(self.error)
         if self.server is None:
             try:
-                endpoint = acquire(self.settings, self.run_dir, self.access)
+                endpoint = acquire(self.settings, self.run_dir, self.access, self.owner_pid)
             except GymError as exc:
                 self.error = str(exc)
                 raise
@@ -132,7 +132,8 @@ class GymRun:
     def rescore(self, source: Path) -> RescoreResult:
         """--gym-rescore: acquire the deployment (no dispatcher: nothing is rolled out) and re-verify every
         saved answer of ``source``; the new verdicts go to this run folder's ``rescored.jsonl``."""
-        from pytest_gym.gym.rescore import RESCORED_FILE, rescore
+        from pytest_gym.gym.rescore import rescore
+        from pytest_gym.runfolder.layout import RESCORED_FILE
 
         if self.server is None:
             endpoint = acquire(self.settings, self.run_dir, self.access)

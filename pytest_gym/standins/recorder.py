@@ -4,7 +4,7 @@
 ``POST /chat/completions``, any other POST route, ``GET /models``) goes upstream with the key from
 ``$GYM_POLICY_API_KEY`` (never from argv, never what the caller sent); the answer is passed back
 as it came (a Server-Sent-Events stream chunk by chunk as it arrives) and appended to the run
-folder's cassette (:mod:`pytest_gym.gym.cassette`) before the caller sees its end.
+folder's cassette (:mod:`pytest_gym.standins.cassette`) before the caller sees its end.
 
 ``replay``: serves the answers of a cassette (a file, or a run folder holding one) with no network.
 The k-th of N identical requests gets the k-th recorded answer, counted atomically in arrival order.
@@ -13,7 +13,7 @@ gives up for good on some 401/403; a 409 fails the model call at once, and Gym r
 ``/run`` as failed: an infrastructure fault, not a low reward. Not 400: ``vllm_model`` turns a 400
 mentioning ``max_tokens`` into an empty answer scored 0). The error body names the request's hash
 and the fields in which it differs from the nearest recorded request; each miss is also appended to
-``replay_misses.jsonl`` in the run folder (:func:`~pytest_gym.gym.cassette.read_misses`), so pytest
+``replay_misses.jsonl`` in the run folder (:func:`~pytest_gym.standins.cassette.read_misses`), so pytest
 can name the trial. With ``--miss passthrough`` a miss goes upstream instead and is recorded, and the
 run folder's cassette receives every answer served, so it is a complete cassette of this run.
 
@@ -25,7 +25,7 @@ exact when repeats are sent one after another. Later turns of a conversation car
 answers, so each repeat keeps a whole recorded trajectory.
 
 ``GET /_stats``: calls (model calls), hits, misses, upstream_calls, recorded, upstream_errors.
-Start it like the scripted policy: ``python -m pytest_gym.gym.recorder record --upstream URL
+Start it like the scripted policy: ``python -m pytest_gym.standins.recorder record --upstream URL
 --run-dir DIR --port 0 --port-file F`` (or :func:`start_recorder`).
 """
 
@@ -36,7 +36,6 @@ import contextlib
 import http.client
 import json
 import os
-import signal
 import socket
 import ssl
 import sys
@@ -48,13 +47,11 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pytest_gym.core.endpoint import GymError
+from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.masking import POLICY_KEY_ENV, known_secrets, mask_secrets
-from pytest_gym.gym.cassette import (
-    CASSETTE_FILE,
+from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
+from pytest_gym.standins.cassette import (
     DEFAULT_IGNORE,
-    MISSES_FILE,
-    AppendLog,
     Cassette,
     Miss,
     Recording,
@@ -66,10 +63,8 @@ from pytest_gym.gym.cassette import (
     recordable,
     resolve_cassette,
 )
-from pytest_gym.gym.processes import Supervised, log_tail, spawn_supervised, stop_supervised, supervisor_popen
+from pytest_gym.standins.serve import serve
 
-RECORDER_LOG = "recorder.log"
-PORT_FILE = "recorder.port"
 MISS_STATUS = 409
 _HOP_BY_HOP = frozenset(
     {
@@ -518,7 +513,7 @@ class RecorderServer(ThreadingHTTPServer):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pytest_gym.gym.recorder", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pytest_gym.standins.recorder", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="mode", required=True)
     for mode in ("record", "replay"):
         p = sub.add_parser(mode)
@@ -562,77 +557,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"pytest-gym recorder: {exc}", file=sys.stderr, flush=True)
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    port = server.server_address[1]
-    if args.port_file:
-        tmp = f"{args.port_file}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(str(port))
-        os.replace(tmp, args.port_file)
-    print(f"pytest-gym recorder ({args.mode}) listening on {server.url}; {json.dumps(server.describe())}", flush=True)
-    try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        print(f"pytest-gym recorder stopped; stats: {json.dumps(server.state.stats.to_json())}", flush=True)
-    return 0
-
-
-def start_recorder(
-    mode: Literal["record", "replay"],
-    run_dir: Path,
-    *,
-    upstream: str | None = None,
-    cassette: str | Path | None = None,
-    miss: Literal["error", "passthrough"] = "error",
-    ignore: tuple[str, ...] = (),
-    default_ignore: bool = True,
-    port: int = 0,
-    timeout: float = 20.0,
-    owner_pid: int | None = None,
-) -> tuple[Supervised, str]:
-    """Start the recorder in its own process group, as ``start_policy`` starts the scripted policy.
-
-    Returns the supervised process and the base URL to give Gym as ``policy_base_url`` (``port`` 0 picks a
-    free one; a fixed port lets a replay take over from a recording behind a running Gym). The upstream key
-    is inherited through ``$GYM_POLICY_API_KEY`` (never on the command line). It runs under a supervisor
-    that stops it when this process ends; stop it with ``stop_supervised([recorder])``. The cassette is
-    complete at every moment.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    port_file = run_dir / PORT_FILE
-    port_file.unlink(missing_ok=True)
-    args = [sys.executable, "-m", "pytest_gym.gym.recorder", mode, "--run-dir", str(run_dir)]
-    args += ["--port", str(port), "--port-file", str(port_file)]
-    if upstream:
-        args += ["--upstream", upstream]
-    if mode == "replay":
-        if cassette is None:
-            raise GymError("replay needs a cassette: a cassette file or a run folder holding one")
-        args += ["--cassette", str(cassette), "--miss", miss]
-    for item in ignore:
-        args += ["--ignore", item]
-    if not default_ignore:
-        args.append("--no-default-ignore")
-    log = run_dir / RECORDER_LOG
-    try:
-        recorder = spawn_supervised(
-            "recorder", args, run_dir, log, first=signal.SIGTERM, grace=5.0, owner_pid=owner_pid
-        )
-    except OSError as exc:
-        raise GymError(f"the model recorder ({mode}) did not start: {exc}") from None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if port_file.exists():
-            return recorder, f"http://127.0.0.1:{port_file.read_text().strip()}/v1"
-        proc = supervisor_popen(recorder)
-        if proc is not None and proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    stop_supervised([recorder])
-    raise GymError(f"the model recorder ({mode}) did not start; log {log}:\n{log_tail(log)}")
+    return serve(
+        server,
+        args.port_file,
+        f"pytest-gym recorder ({args.mode}) listening on {server.url}; {json.dumps(server.describe())}",
+        "pytest-gym recorder",
+        server.state.stats.to_json,
+    )
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Gym shuts down on SIGINT only, and its children (servers, Ray) share its process
 group, so a whole deployment is stopped by signalling that group: SIGINT, a
 grace period, then SIGTERM and SIGKILL. What the plugin starts runs under a
-supervisor (``pytest_gym.gym.supervisor``) that does this when pytest asks, and
+supervisor (``pytest_gym.process.supervisor``) that does this when pytest asks, and
 also when pytest dies: nothing the run started outlives it. Standard library only.
 """
 
@@ -139,7 +139,7 @@ def process_start_time(pid: int) -> str | None:
 def _is_supervisor(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return b"pytest_gym.gym.supervisor" in fh.read()
+            return b"pytest_gym.process.supervisor" in fh.read()
     except FileNotFoundError:
         return False
     except OSError:
@@ -186,7 +186,7 @@ def spawn_supervised(
     command = [
         sys.executable,
         "-m",
-        "pytest_gym.gym.supervisor",
+        "pytest_gym.process.supervisor",
         "--first",
         first.name.removeprefix("SIG"),
         "--grace",

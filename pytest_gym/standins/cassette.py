@@ -1,7 +1,7 @@
 """Recorded model calls: one jsonl cassette, keyed by a canonical hash of each request.
 
 A cassette lets a suite run against yesterday's model answers: deterministic, offline, free. It is
-written by the recording proxy and read by the replay server (``pytest_gym.gym.recorder``); both are
+written by the recording proxy and read by the replay server (``pytest_gym.standins.recorder``); both are
 plain data here so that tests and the session can inspect a cassette without a server.
 
 The key of a call is the SHA-256 of its canonical request: method, route (``/responses``,
@@ -30,20 +30,18 @@ only where the same secret is set.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
-import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.core.jsonl import read_jsonl_numbered
 from pytest_gym.core.masking import MASK, known_secrets, mask_secrets
+from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
 
-CASSETTE_FILE = "cassette.jsonl"
-MISSES_FILE = "replay_misses.jsonl"
 FORMAT_VERSION = 1
 
 #: Fields that change between runs without changing the answer. ``a.*.b`` descends into every list
@@ -225,72 +223,6 @@ def decode_body(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def _line(data: dict[str, Any]) -> bytes:
-    try:
-        return (json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-    except UnicodeEncodeError:  # lone surrogates (bytes that were not UTF-8): escaped, still valid JSON
-        return (json.dumps(data, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
-
-
-class AppendLog:
-    """A jsonl file written one whole line per ``write``, flushed per line (no buffer to lose)."""
-
-    def __init__(self, path: Path, fsync: bool = False) -> None:
-        self.path = path
-        self._fsync = fsync
-        self._lock = threading.Lock()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        self._end_torn_line()
-
-    def _end_torn_line(self) -> None:
-        """After a crash mid-line, start on a fresh line: the torn one stays alone and is skipped."""
-        assert self._fd is not None
-        size = os.lseek(self._fd, 0, os.SEEK_END)
-        if size and os.pread(self._fd, 1, size - 1) != b"\n":
-            os.write(self._fd, b"\n")
-
-    def append(self, data: dict[str, Any]) -> None:
-        payload = _line(data)
-        with self._lock:
-            fd = self._fd
-            if fd is None:
-                raise ValueError(f"{self.path} is closed")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            try:
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if self._fsync:
-                    os.fsync(fd)
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-
-
-def read_jsonl(path: Path) -> tuple[list[tuple[int, Any]], int]:
-    """(line number, object) for every whole JSON line, and how many lines were torn or not JSON."""
-    items: list[tuple[int, Any]] = []
-    bad = 0
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return items, 0
-    for number, line in enumerate(raw.split(b"\n"), start=1):
-        if not line.strip():
-            continue
-        try:
-            items.append((number, json.loads(line)))
-        except ValueError:
-            bad += 1
-    return items, bad
-
-
 def resolve_cassette(path: str | Path) -> Path:
     """A cassette file, or the cassette inside a run folder; ``FileNotFoundError`` naming both."""
     candidate = Path(path)
@@ -331,7 +263,7 @@ class Cassette:
     def load(cls, path: str | Path, ignore: Iterable[str] = DEFAULT_IGNORE) -> Cassette:
         """Index a cassette; keys are recomputed with ``ignore``, file order is occurrence order."""
         cassette = cls(ignore=tuple(ignore))
-        items, bad = read_jsonl(resolve_cassette(path))
+        items, bad = read_jsonl_numbered(resolve_cassette(path))
         cassette.skipped_lines = bad
         for number, data in items:
             try:
@@ -572,7 +504,7 @@ def read_misses(path: str | Path) -> list[Miss]:
     if target.is_dir():
         target = target / MISSES_FILE
     misses = []
-    for _, data in read_jsonl(target)[0]:
+    for _, data in read_jsonl_numbered(target)[0]:
         with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
             misses.append(
                 Miss(
@@ -596,6 +528,6 @@ def misses_for_row(misses: Iterable[Miss], row: Any) -> list[Miss]:
 
 def iter_recordings(path: str | Path) -> Iterator[Recording]:
     """Every whole recording of a cassette, in file order (torn lines skipped)."""
-    for number, data in read_jsonl(resolve_cassette(path))[0]:
+    for number, data in read_jsonl_numbered(resolve_cassette(path))[0]:
         with contextlib.suppress(KeyError, TypeError, ValueError):
             yield Recording.from_json(data, number)
