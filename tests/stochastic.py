@@ -13,15 +13,22 @@ and ``broken(indices)`` is the same stand-in with those tasks always wrong (a re
 one with every chance ``d`` lower. ``run(rng, repeats)`` draws a run: each task's rewards in trial order,
 keyed by a full SHA-256 task hash (baselines want real hashes). Standard library only; every draw comes
 from the ``random.Random`` passed in, so a seed reproduces a run.
+
+For pytest runs, ``rows`` writes a dataset of the stand-in's tasks and ``Draws`` answers the fake Gym
+head's ``/run`` with seeded rewards (the scripted policy has the same mode for a real Gym:
+``pytest_gym.standins.policy``, ``chance``/``seed``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 
 @cache
@@ -86,3 +93,51 @@ def mix(tasks: int, p: float, solid: float = 0.5, hopeless: float = 0.0) -> Stan
     always = round(tasks * solid)
     never = round(tasks * hopeless)
     return StandIn((1.0,) * always + (p,) * (tasks - always - never) + (0.0,) * never)
+
+
+class Draws:
+    """A seeded stochastic Gym agent: rewards for the fake Gym head's ``/run`` (tests/test_hostile_gym.FakeGym).
+
+    The n-th call of a task gets the n-th draw of that task (a hash of seed, task and n), so a run is
+    the same whatever order its trials arrive in, and so is its baseline's. ``chances`` maps a task (the
+    text of its row's first input message) to its chance of reward 1; ``partial`` draws four quarter-point
+    checks instead. ``errored`` tasks answer HTTP 500 on every call, ``errored_calls`` on their n-th call.
+    """
+
+    def __init__(
+        self,
+        chances: dict[str, float],
+        seed: int | str = 0,
+        partial: bool = False,
+        errored: frozenset[str] = frozenset(),
+        errored_calls: frozenset[tuple[str, int]] = frozenset(),
+    ) -> None:
+        self.chances, self.seed, self.partial = chances, seed, partial
+        self.errored, self.errored_calls = errored, errored_calls
+        self.calls: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def _uniform(self, *parts: object) -> float:
+        digest = hashlib.sha256(repr((self.seed, *parts)).encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def __call__(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        task = str(body["responses_create_params"]["input"][0]["content"])
+        with self.lock:
+            n = self.calls[task] = self.calls.get(task, 0) + 1
+        if task in self.errored or (task, n) in self.errored_calls:
+            return 500, b'{"error": "scripted outage"}'
+        p = self.chances[task]
+        if self.partial:
+            reward = sum(self._uniform(task, n, check) < p for check in range(4)) / 4.0
+        else:
+            reward = 1.0 if self._uniform(task, n) < p else 0.0
+        return 200, json.dumps({"reward": reward}).encode()
+
+
+def rows(stand_in: StandIn, prefix: str = "q") -> tuple[str, dict[str, float]]:
+    """A dataset (JSONL text) with one row per task of ``stand_in``, and each row's chance by its task text."""
+    texts = [f"{prefix}{i}" for i in range(stand_in.tasks)]
+    data = "".join(json.dumps({"responses_create_params": {"input": [{"role": "user", "content": t}]}}) + "\n"
+                   for t in texts)  # fmt: skip
+    return data, dict(zip(texts, stand_in.chances, strict=True))
