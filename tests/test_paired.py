@@ -366,3 +366,15 @@ def test_identical_fractional_flips_are_not_a_point() -> None:
     assert 0.05 < result.p_drop < 0.25
     assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(0.0, 1.0, 2, 0.90))
     assert result.ci_high > 0.0
+
+
+def test_a_small_drop_shows_its_own_p_not_one() -> None:
+    """94 up and 101 down of 1000: the bound's test gives p = 1 here (no task changing at all is ranked beyond
+    the observed, and is sure when none can change); the p shown is the exact test's at 0, 0.32, and both
+    leave 0 inside the bound."""
+    before, after = _runs([0.0] * 94 + [1.0] * 101 + [1.0] * 805, [1.0] * 94 + [0.0] * 101 + [1.0] * 805)
+    result = paired_test(before, after)
+    assert exact_p(94, 101, 1000) == 1.0
+    assert result.p_drop == pytest.approx(exact_p(94, 101, 1000, 0.0, order=0.0))
+    assert 0.2 < result.p_drop < 0.5
+    assert result.ci_high > 0.0

@@ -396,6 +396,21 @@ def exact_upper_bound(up: int, down: int, n: int, alpha: float = ALPHA) -> float
     return _crossing(excess, inside, outside, _BOUND_TOL)
 
 
+def _exact_shown(up: int, down: int, n: int, delta0: float) -> float:
+    """The p-value reported for H0: delta >= ``delta0``: the bound's test (``exact_p``), which decides.
+
+    Where it does not reject, its p can be 1 for a small observed drop (the outcome "no task changed"
+    is ranked beyond it, and is sure when no task can change): then the p of the exact test ordered at
+    ``delta0`` itself is shown, unless that one would reject. Either way p < ALPHA exactly when the
+    bound excludes ``delta0``.
+    """
+    p = exact_p(up, down, n, delta0)
+    if p < ALPHA:
+        return p
+    own = exact_p(up, down, n, delta0, order=delta0)
+    return own if own >= ALPHA else p
+
+
 # --- Tango's score statistic: the exact test's ordering, and the fractional test ------------------------
 
 
@@ -531,8 +546,8 @@ def paired_test(
     mean_delta = math.fsum(deltas) / n
     if all(v in (0.0, 1.0) for v in (*before.values(), *after.values())):
         ups, downs = round(up), round(down)
-        p_drop = exact_p(ups, downs, n, 0.0)
-        p_beyond = exact_p(ups, downs, n, -tolerance) if tolerance > 0.0 else p_drop
+        p_drop = _exact_shown(ups, downs, n, 0.0)
+        p_beyond = _exact_shown(ups, downs, n, -tolerance) if tolerance > 0.0 else p_drop
         method = "exact unconditional test (one-sided, pass/fail)"
         return PairedTest(
             n, mean_delta, p_drop, method, flips_to_fail, flips_to_pass, tolerance, p_beyond, up, down, n, True
