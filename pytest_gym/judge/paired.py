@@ -12,25 +12,26 @@ bound is found to), for every t, and ``ci_low`` mirrors it for a gain.
   McNemar test, and Sidik 2003's with a margin): the p-value is the largest chance, over the nuisance
   (how many tasks change at all) on the boundary delta = d0, of an outcome (up, down) at least as
   extreme as the observed one. Extreme is ordered by Tango's asymptotic score bound, the same order
-  for every d0 (Buehler 1957; Lloyd & Kabaila for paired proportions): so p falls as d0 rises, the
-  changes not rejected form an interval, and ``ci_high`` (its top) is the tightest exact bound with
-  that order. Exact: a rejection rate never above ALPHA when H0 holds, and no assumption of symmetry.
-  (Ordering by the score at each d0 instead, as Sidik does, makes p a sawtooth in d0: 16 up, 35 down
-  of 67 was rejected at -0.094 and not at -0.084, so no bound could agree with every test.) The
-  p-values are this test's: consistent with the bounds, larger than a test built for one d0 alone
-  would give far from the bound (10 of 200 dropping: 0.020; McNemar's, 0.001), the same at it. Two
-  tasks both failing now: p = 0.25; four of eight: 0.035 (McNemar's conditional test, 0.0625, is
-  conservative there, and Tango's asymptotic interval disagreed with it); 8 of 20: 0.0059. The
-  supremum over the nuisance is taken on a grid refined around its maximum.
-* fractional per-task values (mean rewards): Tango's score test (normal) on the positive and
+  for every d0 (a Buehler bound: Buehler 1957, Kabaila & Lloyd on its choice of order): so p falls as
+  d0 rises, the changes not rejected form an interval, and ``ci_high`` (its top) is the tightest exact
+  bound with that order. Exact: a rejection rate never above ALPHA when H0 holds, and no assumption of
+  symmetry. (Ordering by the score at each d0 instead, as Sidik does, makes p a sawtooth in d0: 16 up,
+  35 down of 67 was rejected at -0.094 and not at -0.084, so no bound could agree with every test.)
+  The p shown is this test's where it rejects; where it does not, the exact test's ordered at d0
+  itself (the bound's order can give p = 1 for a small observed drop), unless that one would reject:
+  below ALPHA exactly when the bound excludes d0. Two tasks both failing now: p = 0.25; four of eight:
+  0.035 (McNemar's conditional test, 0.0625, is conservative there, and Tango's asymptotic interval
+  disagreed with it); 8 of 20: 0.0059. The supremum over the nuisance is taken on a grid refined
+  around its maximum.
+* fractional per-task values (mean rewards): Tango's score test on the positive and
   negative parts of the differences, whose pass/fail variance bounds theirs (d**2 <= |d|); as in
   ``intervals`` (Korn-Graubard) the pairs are rescaled by how much less the differences vary than
   pass/fail ones would, shrunk by ``(z / t_df)**2`` with df the effective number of tasks carrying
-  the spread (never below Tango itself). Assumption: differences vary smoothly between tasks; a rare
-  total breakage on tasks the sample missed shows in no observed spread. A sign-flip test was
-  rejected: it assumes differences symmetric about d0, which per-task means of different repeat
-  counts (1 trial against 5) are not, and its inverse shrinks to a point with ties (20 unchanged
-  tasks: [0, 0]).
+  the spread (never below Tango itself), and then its p read on t with that df (normal otherwise).
+  Assumption: differences vary smoothly between tasks; a rare total breakage on tasks the sample
+  missed shows in no observed spread. A sign-flip test was rejected: it assumes differences
+  symmetric about d0, which per-task means of different repeat counts (1 trial against 5) are not,
+  and its inverse shrinks to a point with ties (20 unchanged tasks: [0, 0]).
 
 The bounds have width with few or no changed tasks: 20 unchanged tasks bound the change to about
 +-0.14, they do not prove it is 0.
