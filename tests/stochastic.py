@@ -98,10 +98,11 @@ def mix(tasks: int, p: float, solid: float = 0.5, hopeless: float = 0.0) -> Stan
 class Draws:
     """A seeded stochastic Gym agent: rewards for the fake Gym head's ``/run`` (tests/test_hostile_gym.FakeGym).
 
-    The n-th call of a task gets the n-th draw of that task (a hash of seed, task and n), so a run is
-    the same whatever order its trials arrive in, and so is its baseline's. ``chances`` maps a task (the
-    text of its row's first input message) to its chance of reward 1; ``partial`` draws four quarter-point
-    checks instead. ``errored`` tasks answer HTTP 500 on every call, ``errored_calls`` on their n-th call.
+    Repeat r of a task gets draw r of that task (a hash of seed, task and r, r the request's
+    ``_ng_rollout_index``), so a run is the same whatever order its trials arrive in. ``chances`` maps a
+    task (the text of its row's first input message) to its chance of reward 1; ``partial`` draws four
+    quarter-point checks instead. ``errored`` tasks answer HTTP 500 on every call, ``errored_calls`` on
+    their repeat r (``(task, r)``).
     """
 
     def __init__(
@@ -123,8 +124,9 @@ class Draws:
 
     def __call__(self, body: dict[str, Any]) -> tuple[int, bytes]:
         task = str(body["responses_create_params"]["input"][0]["content"])
+        n = int(body["_ng_rollout_index"])
         with self.lock:
-            n = self.calls[task] = self.calls.get(task, 0) + 1
+            self.calls[task] = self.calls.get(task, 0) + 1
         if task in self.errored or (task, n) in self.errored_calls:
             return 500, b'{"error": "scripted outage"}'
         p = self.chances[task]

@@ -127,7 +127,7 @@ def test_errored_tasks_never_let_a_gate_read_pass(pytester: pytest.Pytester, gym
 def test_one_errored_trial_names_the_real_cause(pytester: pytest.Pytester, gym: FakeGym) -> None:
     """One trial of 120 errors at --gym-repeats 4: pass@4>=0.9 said "raise --gym-repeats to at least 4"."""
     chances = dataset(pytester, stochastic.equal(30, 1.0))
-    result = run(pytester, gym, Draws(chances, errored_calls=frozenset({("q7", 2)})), "--gym-repeats", "4",
+    result = run(pytester, gym, Draws(chances, errored_calls=frozenset({("q7", 1)})), "--gym-repeats", "4",
                  "--gym-gate", "pass@4>=0.9")  # fmt: skip
     out = result.stdout.str()
     assert "raise --gym-repeats" not in out
