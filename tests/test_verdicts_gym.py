@@ -228,7 +228,7 @@ def test_reordered_and_inserted_rows_do_not_disturb_the_baseline(
     all_e.write_text("\n".join([json.dumps(extra), *reversed(lines)]) + "\n")
     again = pytester.runpytest(*args)
     again.assert_outcomes(passed=12)
-    again.stdout.fnmatch_lines(["  baseline: delta 0.000 over 10 shared tasks*", "  new tasks (not in baseline): 1"])
+    again.stdout.fnmatch_lines(["  baseline: delta +0.000 over 10 shared tasks*", "  new tasks (not in baseline): 1"])
 
 
 def test_suite_result_hook_gets_the_metrics(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
