@@ -18,6 +18,7 @@ CHEAP = {
     "pytest_gym.plugin",
     "pytest_gym.hookspecs",
     "pytest_gym.xdist_hooks",
+    "pytest_gym.current",
     "pytest_gym.core",
     "pytest_gym.core.options",
     "pytest_gym.core.outcome",

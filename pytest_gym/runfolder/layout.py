@@ -52,3 +52,17 @@ ERRORS_FILE = ".errors"
 BOARD_DIR = ".xdist-trials"
 POLICY_PORT_FILE = "policy.port"
 RECORDER_PORT_FILE = "recorder.port"
+
+#: Run-folder files handed to exporters (the ones that exist).
+EXPORTED_FILES = (
+    ROLLOUTS_FILE,
+    FAILURES_FILE,
+    MATERIALIZED_FILE,
+    AGGREGATE_FILE,
+    SUMMARY_FILE,
+    REPORT_FILE,
+    GYM_LOG,
+    PREPARE_LOG,
+    BENCHMARK_METRICS_FILE,
+    POLICY_LOG,
+)
