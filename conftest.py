@@ -76,8 +76,9 @@ class RealGym:
 
     def reset(self) -> None:
         self.script(
-            answer="\\boxed{E}", latency_ms=0, fault_every=0, fault_mode="status", fault_status=500, reset_stats=True
-        )
+            answer="\\boxed{E}", latency_ms=0, fault_every=0, fault_mode="status", fault_status=500, reset_stats=True,
+            chance=1.0, chance_concentration=0.0, solid=0.0, hopeless=0.0, broken=[], seed=0,
+        )  # fmt: skip
 
 
 @pytest.fixture

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.judge.baseline import baseline_from, compare
-from pytest_gym.judge.gates import Gate, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.gates import Gate, GateSyntaxError, Imputed, evaluate, parse_gate
 from pytest_gym.judge.intervals import clopper_pearson
 from pytest_gym.judge.stats import suite_stats
 
@@ -241,18 +244,41 @@ def _row_hash(i: int) -> str:
 
 
 def test_new_failures_and_fixed_gates_count_and_name_tasks() -> None:
-    h = [_row_hash(i) for i in range(4)]
-    before = suite_stats({h[0]: [1, 1], h[1]: [1, 1], h[2]: [0, 0], h[3]: [1, 1]}, min_reward=1.0)
+    h = [_row_hash(i) for i in range(5)]
+    before = suite_stats({h[0]: [1, 1], h[1]: [1, 1], h[2]: [0, 0], h[3]: [1, 1], h[4]: [1, 1]}, min_reward=1.0)
     baseline = baseline_from(before, {}, {x: i + 1 for i, x in enumerate(h)})
-    now = suite_stats({h[0]: [1, 0], h[1]: [1, 1], h[2]: [1, 1], h[3]: [0, 0]}, min_reward=1.0)
+    now = suite_stats({h[0]: [1, 0], h[1]: [1, 1], h[2]: [1, 1], h[3]: [0, 0], h[4]: [0, 0]}, min_reward=1.0)
     comparison = compare(baseline, now, lines={x: i + 10 for i, x in enumerate(h)})
     result = evaluate(parse_gate("new_failures <= 0"), now, comparison)
+    # h[3] and h[4] passed every trial and fail every one now; h[0] fails one of two: flaky, not counted.
     assert (result.passed, result.value) == (False, 2.0)
-    assert result.reason == f"new_failures = 2, required <= 0: {h[0][:12]} (line 10), {h[3][:12]} (line 13)"
+    assert result.reason == (
+        f"new_failures = 2, required <= 0: {h[3][:12]} (line 13), {h[4][:12]} (line 14) "
+        f"(flaky, not counted: {h[0][:12]} (line 10))"
+    )
     assert evaluate(parse_gate("fixed >= 1"), now, comparison).passed
-    # The majority rule forgives the one failed repeat of h[0].
+    # The majority rule forgives the one failed repeat of h[0]; it is no flip at all then.
     lenient = compare(baseline, suite_stats({h[0]: [1, 0, 1]}, min_reward=1.0, rule="majority"), rule="majority")
     assert evaluate(parse_gate("new_failures <= 0"), now, lenient).passed
+    assert lenient.flaky_failures == []
+
+
+def test_new_failures_gate_with_one_trial_says_flips_are_noise() -> None:
+    h = [_row_hash(i) for i in range(6)]
+    baseline = baseline_from(suite_stats({x: [1] for x in h}, min_reward=1.0), {}, {})
+    now = suite_stats({x: [0 if i == 0 else 1] for i, x in enumerate(h)}, min_reward=1.0)
+    result = evaluate(parse_gate("new_failures <= 0"), now, compare(baseline, now))
+    assert not result.passed  # one trial each: a flip is still counted (a deterministic break is caught)
+    assert "a flip of such a task cannot be told from noise" in result.reason
+
+
+def test_baseline_gates_with_no_shared_task_are_no_evidence() -> None:
+    baseline = baseline_from(suite_stats({_row_hash(0): [1]}, min_reward=1.0), {}, {})
+    now = suite_stats({_row_hash(1): [1]}, min_reward=1.0)
+    for text in ("new_failures <= 0", "fixed >= 0"):
+        result = evaluate(parse_gate(text), now, compare(baseline, now))
+        assert (result.passed, result.value) == (False, None)
+        assert "no evidence: the baseline and this run share no task" in result.reason
 
 
 def test_baseline_gates_without_a_baseline_fail_with_reason() -> None:
@@ -261,3 +287,79 @@ def test_baseline_gates_without_a_baseline_fail_with_reason() -> None:
     assert "no baseline to compare with (give --gym-baseline FILE)" in result.reason
     custom = evaluate(parse_gate("fixed >= 0"), STATS, no_comparison="no baseline for suite s in b.json")
     assert custom.reason == "fixed>=0: no baseline for suite s in b.json"
+
+
+# --- errored trials: a gate is decided over what they could have been -----------------------------------
+
+
+def _imputed(trials: dict[str, list[float | None]]) -> tuple[Any, Imputed]:
+    rewards = {h: [r for r in v if r is not None] for h, v in trials.items()}
+    errors = {h: v.count(None) for h, v in trials.items() if None in v}
+    stats = suite_stats(rewards, 1.0, errors)
+    fill = {value: suite_stats({h: [value if r is None else r for r in v] for h, v in trials.items()}, 1.0)
+            for value in (0.0, 1.0)}  # fmt: skip
+    errored = [h for h in trials if None in trials[h]]
+    return stats, Imputed(fill[0.0], fill[1.0], None, None, errored, sum(errors.values()), ", ".join)
+
+
+def test_errored_trials_pass_a_gate_only_when_it_holds_either_way() -> None:
+    trials: dict[str, list[float | None]] = {f"t{i}": [1.0, 1.0] for i in range(18)}
+    trials["t0"] = [1.0, None]  # one errored trial of 36
+    stats, imputed = _imputed(trials)
+    holds = evaluate(parse_gate("mean_reward >= 0.9"), stats, imputed=imputed)  # 35/36 or 1 either way
+    assert holds.passed
+    assert holds.bounds == (pytest.approx(35 / 36), 1.0)
+    assert holds.errored_tasks == ["t0"]
+    assert "with the 1 errored trial (t0) counted as failures or as successes" in holds.reason
+    fails = evaluate(parse_gate("mean_reward >= 1.01"), stats, imputed=imputed)
+    assert (fails.passed, fails.undecided) == (False, False)
+    assert "however the 1 errored trial (t0) had gone" in fails.reason
+    open_ = evaluate(parse_gate("mean_reward >= 0.99"), stats, imputed=imputed)  # 0.972 as a failure, 1 as a success
+    assert (open_.passed, open_.undecided) == (False, True)
+    assert "undecided: 0.972222..1 with the 1 errored trial (t0) counted as failures or as successes" in open_.reason
+    assert evaluate(parse_gate("error_rate <= 0.05"), stats, imputed=imputed).bounds is None  # measured, not bounded
+
+
+def test_every_metric_of_a_suite_with_errors_is_bounded() -> None:
+    trials: dict[str, list[float | None]] = {f"t{i}": [1.0, 1.0, 1.0, 1.0] for i in range(100)}
+    trials.update({f"e{i}": [None] * 4 for i in range(100)})
+    stats, imputed = _imputed(trials)
+    for text in ("ci_low(mean_reward)>=0.95", "mean_reward>=0.99", "pass@4>=0.99", "pass^2>=0.6", "flaky_rate<=0.1"):
+        result = evaluate(parse_gate(text), stats, imputed=imputed)
+        assert result.bounds is not None, text
+        if text.startswith("flaky"):  # any mix of outcomes: up to 2*2*2/(4*3) = 2/3 on the errored half
+            assert result.bounds == (0.0, pytest.approx(1 / 3))
+        assert not result.passed, text
+        assert result.undecided, text
+
+
+def test_pass_at_k_short_of_trials_because_of_errors_says_so() -> None:
+    """Was "raise --gym-repeats to at least 4": the repeats were 4, one trial errored."""
+    stats = suite_stats({"a": [1.0] * 4, "b": [1.0, 1.0, 1.0]}, 1.0, {"b": 1})
+    result = evaluate(parse_gate("pass@4 >= 0.9"), stats)
+    assert "raise --gym-repeats" not in result.reason
+    assert "1 task has fewer than 4 trials with a reward because 1 trial errored (b)" in result.reason
+
+
+def test_ci_gate_names_the_ceiling_of_too_few_tasks() -> None:
+    """Ten perfect tasks can never show ci_low >= 0.95 (at most 0.692); the reason says it needs 72."""
+    result = evaluate(
+        parse_gate("ci_low(mean_reward) >= 0.95"), suite_stats({f"t{i}": [1.0] * 3 for i in range(10)}, 1.0)
+    )
+    assert result.undecided
+    assert result.tasks_needed == 62
+    assert "ci_low cannot pass 0.692 with 10 tasks even if every trial passed; 0.95 needs at least 72 tasks" in (
+        result.reason
+    )
+
+
+def test_flaky_rate_means_the_same_at_any_repeats() -> None:
+    """A policy right with chance 0.9 on every task: the share of flaky tasks was 0.18/0.41/0.57 at k = 2/5/8;
+    the chance that two trials of a task disagree is 0.18 at each (2000 tasks: within 0.02, 2 SE at k = 2)."""
+    rng = random.Random(12)
+    for k in (2, 5, 8):
+        stats = suite_stats({f"t{i}": [float(rng.random() < 0.9) for _ in range(k)] for i in range(2000)}, 1.0)
+        assert stats.flaky_rate == pytest.approx(0.18, abs=0.02), k
+        result = evaluate(parse_gate("flaky_rate <= 0.25"), stats)
+        assert result.passed
+        assert "(the chance that two trials of a task disagree)" in result.reason

@@ -10,10 +10,13 @@ import pytest
 
 from pytest_gym.judge.intervals import (
     beta_ppf,
+    ci_low_ceiling,
     clopper_pearson,
     evidence,
     suite_interval,
+    t_cdf,
     t_ppf,
+    tasks_for_ceiling,
     tasks_needed,
 )
 
@@ -29,6 +32,15 @@ T_975 = {1: 12.706204736174707, 2: 4.302652729749462, 4: 2.776445105197793, 10: 
 def test_t_ppf_matches_tables(df: int, expected: float) -> None:
     assert t_ppf(0.975, df) == pytest.approx(expected, rel=1e-10)
     assert t_ppf(0.025, df) == pytest.approx(-expected, rel=1e-10)
+    assert t_cdf(expected, df) == pytest.approx(0.975, rel=1e-10)
+    assert t_cdf(-expected, df) == pytest.approx(0.025, rel=1e-9)
+
+
+def test_t_cdf_against_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for df, t in itertools.product((0.7, 1.0, 2.5, 7.0, 40.0, 900.0), (-30.0, -2.0, -0.1, 0.0, 1.3, 12.0)):
+        assert t_cdf(t, df) == pytest.approx(stats.t.cdf(t, df), rel=1e-9, abs=1e-15), (t, df)
+    assert (t_cdf(-math.inf, 3.0), t_cdf(math.inf, 3.0)) == (0.0, 1.0)
 
 
 def test_t_ppf_against_scipy_for_fractional_df() -> None:
@@ -174,6 +186,32 @@ def test_failures_never_beat_all_passing() -> None:
         assert suite_interval(groups)[0] <= all_pass
 
 
+def test_fractional_rewards_may_be_worth_more_than_one_trial_each() -> None:
+    """Partial credit near its mean varies less than pass/fail: n_eff is no longer capped at the trials
+    (it was, which made the interval 1.8-2.3x a cluster bootstrap's); pass/fail rewards still are."""
+    rng = random.Random(9)
+    groups = [[round(0.6 + rng.uniform(-0.2, 0.2), 2) for _ in range(4)] for _ in range(30)]
+    ev = evidence(groups)
+    assert ev.n_eff > 3 * ev.trials
+    capped = clopper_pearson(ev.mean * ev.trials, ev.trials)
+    low, high = suite_interval(groups)
+    assert high - low < (capped[1] - capped[0]) / 1.5
+    assert low < ev.mean < high
+    binary = [[1.0 if rng.random() < 0.6 else 0.0 for _ in range(8)] for _ in range(100)]
+    assert evidence(binary).n_eff <= evidence(binary).trials
+
+
+def test_ci_low_ceiling_per_number_of_tasks() -> None:
+    """Every trial passing, ci_low is 0.025**(1/tasks) whatever the repeats: 0.158 at 2 tasks, 0.692 at 10."""
+    for tasks in (1, 2, 10, 72):
+        for repeats in (1, 4):
+            assert suite_interval([[1.0] * repeats] * tasks)[0] == pytest.approx(ci_low_ceiling(tasks), rel=1e-9)
+    assert ci_low_ceiling(2) == pytest.approx(0.158, abs=5e-4)
+    assert [tasks_for_ceiling(t) for t in (0.5, 0.9, 0.95, 0.99)] == [6, 36, 72, 368]
+    assert ci_low_ceiling(71) < 0.95 <= ci_low_ceiling(72)
+    assert (tasks_for_ceiling(1.0), tasks_for_ceiling(0.0)) == (None, 1)
+
+
 def test_repeats_add_information_when_tasks_vary_little() -> None:
     """Independent-looking trials narrow the interval below the one-trial-per-task width."""
     rng = random.Random(5)
@@ -209,8 +247,12 @@ def test_bad_confidence(confidence: float) -> None:
 
 
 def test_tasks_needed_all_passing() -> None:
-    """Two perfect tasks: 0.025**(1/n) >= 0.95 first at n = 72, so 70 more."""
-    assert tasks_needed([[1.0, 1.0]] * 2, 0.95) == 70
+    """Two perfect tasks: 0.025**(1/n) >= 0.95 first at n = 72 (the ceiling), so 70 more; never fewer than it."""
+    assert tasks_needed([[1.0, 1.0]] * 2, 0.95) == 70 == tasks_for_ceiling(0.95) - 2  # type: ignore[operator]
+    for tasks in (1, 5, 30):
+        needed = tasks_needed([[1.0] * 3] * tasks, 0.95)
+        assert needed is not None
+        assert tasks + needed >= tasks_for_ceiling(0.95)  # type: ignore[operator]
     assert suite_interval([[1.0, 1.0]] * 72)[0] >= 0.95 > suite_interval([[1.0, 1.0]] * 71)[0]
 
 

@@ -1,4 +1,4 @@
-"""Paired baseline comparison: exact tests by hand and by brute force, published interval values."""
+"""Paired baseline comparison: the exact test by brute force, its bounds, published values, stable flips."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import random
 import pytest
 
 from pytest_gym.judge.paired import (
+    ALPHA,
     PairedTest,
-    mcnemar_p_drop,
-    new_failures_and_fixes,
+    exact_p,
+    exact_upper_bound,
+    flip,
+    min_pairs,
     paired_test,
-    sign_flip_p_exact,
-    sign_flip_p_monte_carlo,
     tango_interval,
     task_passes,
 )
@@ -25,35 +26,67 @@ def _runs(before: list[float], after: list[float]) -> tuple[dict[str, float], di
     return dict(zip(keys, before, strict=True)), dict(zip(keys, after, strict=True))
 
 
-def _brute_force_p(deltas: list[float]) -> float:
-    """P(sum of randomly signed deltas <= observed sum) over all 2**n sign patterns."""
-    observed = math.fsum(deltas)
-    hits = sum(
-        math.fsum(s * d for s, d in zip(signs, deltas, strict=True)) <= observed + 1e-9
-        for signs in itertools.product((-1, 1), repeat=len(deltas))
-    )
-    return hits / 2 ** len(deltas)
+def _tango_z(up: int, down: int, n: int, d: float) -> float:
+    """Tango's score statistic, written out again from the paper for the brute force."""
+    a, b, c = 2.0 * n, -up - down + (2.0 * n - up + down) * d, -down * d * (1.0 - d)
+    q = min((1.0 - d) / 2.0, max(max(0.0, -d), (-b + math.sqrt(max(0.0, b * b - 4 * a * c))) / (2 * a)))
+    variance = n * (2.0 * q + d * (1.0 - d))
+    numerator = up - down - n * d
+    if variance <= 0.0:
+        return 0.0 if abs(numerator) < 1e-12 else math.copysign(math.inf, numerator)
+    return numerator / math.sqrt(variance)
+
+
+def _brute_force_p(up: int, down: int, n: int, d: float, order: float, grid: int = 400) -> float:
+    """The unconditional p by definition: every trinomial outcome, the supremum on a fine grid of the nuisance."""
+    z_obs = _tango_z(up, down, n, order)
+    region = [(u, v) for u in range(n + 1) for v in range(n + 1 - u) if _tango_z(u, v, n, order) <= z_obs + 1e-9]
+    low, high = max(0.0, -d), (1.0 - d) / 2.0
+    best = 0.0
+    for i in range(grid + 1):
+        q_down = low + (high - low) * i / grid
+        q_up = q_down + d
+        total = sum(
+            math.factorial(n) / (math.factorial(u) * math.factorial(v) * math.factorial(n - u - v))
+            * q_up**u * q_down**v * (1.0 - q_up - q_down) ** (n - u - v)
+            for u, v in region
+        )  # fmt: skip
+        best = max(best, total)
+    return best
 
 
 # --- the reported problems ------------------------------------------------------------------------
 
 
 def test_two_tasks_both_dropping_is_not_significant() -> None:
-    """Was called a significant drop; the exact one-sided sign test gives 0.5**2 = 0.25."""
+    """Was called a significant drop; the exact one-sided test gives 0.5**2 = 0.25."""
     result = paired_test(*_runs([1.0, 1.0], [0.0, 0.0]))
-    assert result.p_drop == 0.25
+    assert result.p_drop == pytest.approx(0.25)
     assert not result.significant_drop()
     assert result.mean_delta == -1.0
     assert result.ci_low == -1.0
-    assert 0.0 < result.ci_high < 1.0
+    assert 0.0 < result.ci_high < 1.0  # a one-sided bound that includes no change
     assert result.flips_to_fail == ["t0", "t1"]
     assert result.flips_to_pass == []
-    assert result.method.startswith("McNemar exact")
+    assert result.method.startswith("exact unconditional")
+
+
+def test_four_of_eight_flipping_the_bound_and_the_test_agree() -> None:
+    """Was "95% CI -0.785..-0.013" (excludes 0) next to McNemar's conditional p = 0.0625 (not significant).
+
+    The unconditional test gives p = 0.035 (conditioning on the changed tasks is what made McNemar's
+    conservative), and the bound from the same test excludes 0.
+    """
+    result = paired_test(*_runs([1.0] * 8, [0.0] * 4 + [1.0] * 4))
+    assert result.p_drop == pytest.approx(0.03515625, abs=1e-9)  # sup over q of P(4 of 8 down, none up) etc.
+    assert result.significant_drop()
+    assert result.ci_high < 0.0
 
 
 def test_eight_of_twenty_dropping_is_significant() -> None:
+    """p = 0.0059 (the test whose bound is shown; McNemar's conditional p was 0.0039)."""
     result = paired_test(*_runs([1.0] * 20, [0.0] * 8 + [1.0] * 12))
-    assert result.p_drop == 0.5**8
+    assert result.p_drop == pytest.approx(0.00591, abs=1e-5)
     assert result.significant_drop()
     assert result.significant_drop(0.01)
     assert result.mean_delta == pytest.approx(-0.4)
@@ -61,65 +94,122 @@ def test_eight_of_twenty_dropping_is_significant() -> None:
     assert len(result.flips_to_fail) == 8
 
 
-# --- McNemar / sign-flip ----------------------------------------------------------------------------
+# --- the exact unconditional test --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("up", "down", "expected"), [(0, 0, 1.0), (0, 1, 0.5), (0, 2, 0.25), (1, 3, 5 / 16), (3, 0, 1.0)]
-)
-def test_mcnemar_hand_values(up: int, down: int, expected: float) -> None:
-    assert mcnemar_p_drop(up, down) == expected
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 12])
+def test_exact_p_against_brute_force(n: int) -> None:
+    """Every outcome of n pairs at several changes and orderings, against the definition (a 400-point grid)."""
+    for up, down in [(u, v) for u in range(n + 1) for v in range(n + 1 - u)][::3]:
+        for d, order in ((-0.3, -0.3), (-0.05, -0.05), (0.0, 0.0), (0.1, 0.0), (-0.2, 0.0), (0.0, -0.1)):
+            expected = _brute_force_p(up, down, n, d, order)
+            assert exact_p(up, down, n, d, order) == pytest.approx(expected, abs=2e-4), (up, down, d, order)
 
 
-def test_mcnemar_against_scipy() -> None:
-    stats = pytest.importorskip("scipy.stats")
-    for up, down in itertools.product(range(0, 30, 3), range(0, 40, 4)):
-        if up + down:
-            reference = stats.binomtest(down, up + down, 0.5, alternative="greater").pvalue
-            assert mcnemar_p_drop(up, down) == pytest.approx(reference, rel=1e-12)
+def test_exact_p_published_value() -> None:
+    """Cavo et al. 2012 (6 against 16 changed of 161): the R package contingencytables (Fagerland, Lydersen & Laake)
+    prints "The McNemar exact unconditional test: P = 0.034053" (two-sided; at no change twice the one-sided), with
+    the supremum taken over a 99.99% confidence set of the nuisance plus 0.0001 (Berger & Boos); the supremum over
+    all of it is at least that less 0.0001, and close above."""
+    two_sided = 2 * exact_p(6, 16, 161, order=0.0)  # ordered by McNemar's statistic, as theirs
+    assert 0.034053 - 0.0001 <= two_sided <= 0.0345
 
 
-def test_sign_flip_exact_against_brute_force() -> None:
-    rng = random.Random(3)
-    for _ in range(60):
-        n = rng.randint(1, 11)
-        grid = rng.choice([None, 4, 3])  # ties: per-task means on a quarter or third grid
-        deltas = [rng.uniform(-1, 1) if grid is None else rng.randint(-grid, grid) / grid for _ in range(n)]
-        assert sign_flip_p_exact(deltas) == pytest.approx(_brute_force_p(deltas), abs=1e-12), deltas
+def test_exact_p_is_at_most_alpha_under_the_null() -> None:
+    """Exact: for n = 12 pairs at the boundary delta = -0.1, P(p < 0.05) summed over every outcome stays <= 0.05."""
+    n, d = 12, -0.1
+    rejected = [(u, v) for u in range(n + 1) for v in range(n + 1 - u) if exact_p(u, v, n, d, order=d) < ALPHA]
+    for q_down in (0.1, 0.2, 0.3, 0.45, 0.55):
+        q_up = q_down + d
+        size = sum(
+            math.factorial(n) / (math.factorial(u) * math.factorial(v) * math.factorial(n - u - v))
+            * q_up**u * q_down**v * (1.0 - q_up - q_down) ** (n - u - v)
+            for u, v in rejected
+        )  # fmt: skip
+        assert size <= ALPHA + 1e-9, (q_down, size)
 
 
-def test_sign_flip_on_pass_fail_is_mcnemar() -> None:
-    deltas = [-1.0] * 6 + [1.0] * 2 + [0.0] * 9
-    assert sign_flip_p_exact(deltas) == pytest.approx(mcnemar_p_drop(2, 6), abs=1e-15)
+def test_score_orders_outcomes_monotonely() -> None:
+    """The exact test needs Tango's score to fall with every drop and rise with every rise (at any ordering
+    change): each count of changed tasks is then a threshold, and fewer rises or more drops only add outcomes
+    as extreme, so the supremum on the boundary is the supremum over all of H0 and p falls as the change rises."""
+    for n in (5, 20, 60):
+        for d in (-0.5, -0.1, 0.0, 0.2):
+            for fixed in range(n + 1):
+                drops = [_tango_z(fixed, v, n, d) for v in range(n + 1 - fixed)]
+                rises = [_tango_z(u, fixed, n, d) for u in range(n + 1 - fixed)]
+                assert all(b <= a + 1e-12 for a, b in itertools.pairwise(drops)), (n, d, fixed)
+                assert all(b >= a - 1e-12 for a, b in itertools.pairwise(rises)), (n, d, fixed)
 
 
-def test_sign_flip_zeros_do_not_count() -> None:
-    assert sign_flip_p_exact([0.0, 0.0]) == 1.0
-    assert sign_flip_p_exact([-0.5, 0.0, 0.0]) == 0.5
+def test_p_falls_as_the_change_rises() -> None:
+    """One ordering for every change: p is monotone, so the changes not rejected are an interval (ordering at each
+    change instead made it a sawtooth: 16 up, 35 down of 67 was rejected at -0.094 and accepted at -0.084)."""
+    rng = random.Random(7)
+    for _ in range(12):
+        n = rng.randint(1, 70)
+        up = rng.randint(0, n // 3)
+        down = rng.randint(0, n - up)
+        order = rng.choice([None, 0.0, -0.05, -0.2])  # None: the order the comparison uses (Buehler's)
+        values = [exact_p(up, down, n, -1.0 + i / 50, order) for i in range(1, 100)]
+        assert all(b <= a + 1e-9 for a, b in itertools.pairwise(values)), (up, down, n, order)
+    at_each = [exact_p(16, 35, 67, d, order=d) for d in (-0.0935, -0.0845)]
+    assert at_each[0] < ALPHA <= at_each[1]  # the sawtooth, for the record
 
 
-def test_monte_carlo_is_seeded_and_close_to_exact() -> None:
-    rng = random.Random(8)
-    deltas = [rng.uniform(-0.6, 0.3) for _ in range(18)]
-    exact = sign_flip_p_exact(deltas)
-    mc = sign_flip_p_monte_carlo(deltas, samples=20_000, seed=1)
-    assert mc == sign_flip_p_monte_carlo(deltas, samples=20_000, seed=1)
-    assert mc == pytest.approx(exact, abs=0.01)
-    assert sign_flip_p_monte_carlo([-1.0] * 30, samples=100) == 1 / 101  # never 0
+def test_upper_bound_inverts_the_test() -> None:
+    """The bound is where the test turns: rejected just above it, not just below (random tables); and it is
+    close to Tango's asymptotic bound, a little wider (exact)."""
+    rng = random.Random(5)
+    for _ in range(30):
+        n = rng.randint(1, 40)
+        up = rng.randint(0, n)
+        down = rng.randint(0, n - up)
+        bound = exact_upper_bound(up, down, n)
+        assert (up - down) / n <= bound <= 1.0
+        if bound < 1.0:
+            assert exact_p(up, down, n, bound) < ALPHA
+            assert exact_p(up, down, n, bound - 1e-6) >= ALPHA
+        if n >= 15:
+            assert abs(bound - tango_interval(up, down, n, 0.90)[1]) < 0.05
 
 
-def test_path_follows_values_and_size() -> None:
-    before, after = _runs([0.5, 0.75, 1.0, 0.25, 0.5], [0.25, 0.5, 1.0, 0.0, 0.75])
-    assert paired_test(before, after).method.startswith("sign-flip exact")
-    mc = paired_test(before, after, exact_limit=3, mc_samples=5000, seed=4)
-    assert mc.method.startswith("sign-flip Monte Carlo, 5000 draws, seed 4")
-    assert mc.p_drop == pytest.approx(paired_test(before, after).p_drop, abs=0.02)
+@pytest.mark.parametrize("tolerance", [0.0, 0.05, 0.1, 0.3])
+def test_min_pairs_is_where_all_failing_becomes_significant(tolerance: float) -> None:
+    needed = min_pairs(tolerance)
+    assert needed is not None
+    d = -tolerance
+    assert exact_p(0, needed, needed, d, d) < ALPHA <= exact_p(0, needed - 1, needed - 1, d, d)
+    assert min_pairs(1.0) is None
 
 
 def test_improvement_is_not_a_drop() -> None:
     result = paired_test(*_runs([0.0] * 10, [1.0] * 10))
     assert result.p_drop == 1.0
+    assert result.ci_low > 0.0
     assert result.flips_to_pass == [f"t{i}" for i in range(10)]
+
+
+def test_tolerance_is_tested_not_compared_to_the_estimate() -> None:
+    """200 tasks at 0.9 -> 0.85 (drop 0.05): significant against 0, not against "more than 0.05"."""
+    before, after = _runs([1.0] * 180 + [0.0] * 20, [1.0] * 170 + [0.0] * 30)
+    result = paired_test(before, after, tolerance=0.05)
+    assert result.significant_drop()
+    assert not result.beyond_tolerance()
+    assert result.ci_high > -0.05
+    strict = paired_test(before, after)
+    assert strict.p_beyond == strict.p_drop
+
+
+def test_fractional_values_use_the_score_test_and_its_bounds() -> None:
+    before, after = _runs([0.5, 0.75, 1.0, 0.25, 0.5, 0.75], [0.25, 0.5, 1.0, 0.0, 0.75, 0.5])
+    result = paired_test(before, after)
+    assert result.method.startswith("score test")
+    assert not result.exact
+    # The one-sided bound and the one-sided p say the same at every tolerance.
+    for tolerance in (0.0, 0.05, 0.1, 0.2, 0.4):
+        at = paired_test(before, after, tolerance=tolerance)
+        assert at.beyond_tolerance() == (at.ci_high < -tolerance), tolerance
 
 
 # --- Tango interval ---------------------------------------------------------------------------------
@@ -139,12 +229,14 @@ def test_tango_published_values(up: int, down: int, n: int, expected: tuple[floa
     assert (round(low, 4), round(high, 4)) == expected
 
 
-def test_tango_unchanged_tasks_have_width() -> None:
-    """20 unchanged tasks bound the change to about +-0.16, they do not prove it is 0."""
+def test_unchanged_tasks_have_width() -> None:
+    """20 unchanged tasks bound the change to about +-0.14 (one-sided 95%), they do not prove it is 0."""
+    result = paired_test(*_runs([1.0] * 20, [1.0] * 20))
+    assert result.ci_low == pytest.approx(-result.ci_high)
+    assert 0.13 < result.ci_high < 0.15
     low, high = tango_interval(0, 0, 20)
     assert low == pytest.approx(-high)
     assert 0.15 < high < 0.17
-    assert paired_test(*_runs([1.0] * 20, [1.0] * 20)).ci_high == pytest.approx(high)
 
 
 def test_tango_stays_in_range() -> None:
@@ -172,7 +264,8 @@ def test_only_shared_tasks_in_current_order() -> None:
 
 def test_no_shared_tasks() -> None:
     result = paired_test({"a": 1.0}, {"b": 0.0})
-    assert result == PairedTest(0, None, -1.0, 1.0, 1.0, "no shared tasks", [], [])
+    assert result == PairedTest(0, None, 1.0, "no shared tasks", [], [])
+    assert (result.ci_low, result.ci_high) == (-1.0, 1.0)
     assert not result.significant_drop()
 
 
@@ -196,14 +289,29 @@ def test_significant_drop_alpha_is_checked() -> None:
         result.significant_drop(0.0)
 
 
-# --- deterministic gate metrics -------------------------------------------------------------------------
+# --- stable flips ---------------------------------------------------------------------------------------
 
 
-def test_new_failures_and_fixes() -> None:
-    baseline = {"a": True, "b": False, "c": True, "d": False, "gone": True}
-    current = {"d": True, "c": False, "b": False, "a": True, "new": False}
-    assert new_failures_and_fixes(baseline, current) == (["c"], ["d"])
-    assert new_failures_and_fixes({}, current) == ([], [])
+@pytest.mark.parametrize(
+    ("before", "after", "rule", "expected"),
+    [
+        ((3, 3), (3, 0), "all", "new_failure"),
+        ((3, 3), (3, 2), "all", "flaky_failure"),  # fails by the rule, but two of three still pass
+        ((3, 2), (3, 0), "all", None),  # failed by the rule before too
+        ((3, 2), (3, 0), "majority", "flaky_failure"),
+        ((1, 1), (1, 0), "all", "new_failure"),  # one trial each: stable by definition (and noted as noise)
+        ((1, 1), (5, 0), "all", "new_failure"),
+        ((5, 5), (1, 0), "all", "new_failure"),
+        ((3, 0), (3, 3), "all", "fixed"),
+        ((3, 0), (3, 1), "any", "flaky_fix"),
+        ((3, 3), (3, 3), "all", None),
+        ((0, 0), (3, 0), "all", None),  # no verdict before
+    ],
+)
+def test_flip_is_stable_only_when_every_trial_agrees(
+    before: tuple[int, int], after: tuple[int, int], rule: str, expected: str | None
+) -> None:
+    assert flip(before, after, rule) == expected  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -231,36 +339,42 @@ def test_task_passes_threshold_and_errors() -> None:
         task_passes([1.0], 1.0, "most")  # type: ignore[arg-type]
 
 
-# --- rescaled interval for fractional values ------------------------------------------------------------
+# --- rescaled score test for fractional values ------------------------------------------------------------
 
 
-def test_interval_on_pass_fail_values_is_plain_tango() -> None:
-    result = paired_test(*_runs([1.0] * 12 + [0.0] * 8, [0.0] * 5 + [1.0] * 9 + [0.0] * 6))
-    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(2, 5, 20))
+def test_fractional_bounds_are_tango_at_one_sided_95() -> None:
+    """Fractional values: the one-sided 95% bounds are Tango's 90% two-sided interval on the rescaled mass."""
+    before, after = _runs([1.0] * 20, [2 / 3, 1 / 3] + [1.0] * 18)  # two changed tasks carry the spread: no rescaling
+    result = paired_test(before, after)
+    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(0.0, 1.0, 20, 0.90))
 
 
 def test_consistent_small_drops_are_measured_tightly() -> None:
-    """30 tasks each down 0.1 +- 0.03: the spread is small, so the interval is near the t-interval, not Tango's."""
+    """30 tasks each down 0.1 +- 0.03: the spread is small, so the bounds are near a t-interval's, not Tango's."""
     rng = random.Random(4)
     deltas = [-0.1 + rng.uniform(-0.03, 0.03) for _ in range(30)]
     result = paired_test(*_runs([0.5] * 30, [0.5 + d for d in deltas]))
-    plain = tango_interval(0.0, -math.fsum(deltas), 30)
+    plain = tango_interval(0.0, -math.fsum(deltas), 30, 0.90)
     assert result.ci_low < result.mean_delta < result.ci_high < 0.0  # type: ignore[operator]
     assert result.ci_high - result.ci_low < (plain[1] - plain[0]) / 3
-    assert result.ci_high - result.ci_low > 2 * 1.96 * 0.03 / math.sqrt(3) / math.sqrt(
-        30
-    )  # wider than z * sd / sqrt(n)
-
-
-def test_few_changed_tasks_keep_plain_tango() -> None:
-    """Two changed tasks out of twenty carry all the spread (df ~ 1): no rescaling."""
-    before, after = _runs([1.0] * 20, [2 / 3, 1 / 3] + [1.0] * 18)
-    result = paired_test(before, after)
-    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(0.0, 1.0, 20))
+    assert result.ci_high - result.ci_low > 2 * 1.645 * 0.03 / math.sqrt(3) / math.sqrt(30)  # wider than z*sd/sqrt(n)
+    assert result.p_drop < 1e-6
 
 
 def test_identical_fractional_flips_are_not_a_point() -> None:
     result = paired_test(*_runs([0.75, 0.75], [0.25, 0.25]))
-    assert result.p_drop == 0.25
-    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(0.0, 1.0, 2))
+    assert 0.05 < result.p_drop < 0.25
+    assert (result.ci_low, result.ci_high) == pytest.approx(tango_interval(0.0, 1.0, 2, 0.90))
+    assert result.ci_high > 0.0
+
+
+def test_a_small_drop_shows_its_own_p_not_one() -> None:
+    """94 up and 101 down of 1000: the bound's test gives p = 1 here (no task changing at all is ranked beyond
+    the observed, and is sure when none can change); the p shown is the exact test's at 0, 0.32, and both
+    leave 0 inside the bound."""
+    before, after = _runs([0.0] * 94 + [1.0] * 101 + [1.0] * 805, [1.0] * 94 + [0.0] * 101 + [1.0] * 805)
+    result = paired_test(before, after)
+    assert exact_p(94, 101, 1000) == 1.0
+    assert result.p_drop == pytest.approx(exact_p(94, 101, 1000, 0.0, order=0.0))
+    assert 0.2 < result.p_drop < 0.5
     assert result.ci_high > 0.0

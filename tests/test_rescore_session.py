@@ -97,16 +97,18 @@ def fake() -> Iterator[FakeGym]:
 ROWS = [{"responses_create_params": {"input": f"question {n}"}, "expected_answer": "E"} for n in range(3)]
 
 
-def earlier_run(root: Path, answers: list[str], rewards: list[float], repeats: int = 2) -> Path:
+def earlier_run(
+    root: Path, answers: list[str], rewards: list[float], repeats: int = 2, rows: list[dict[str, Any]] = ROWS
+) -> Path:
     """A finished run's folder for ``dataset.jsonl``: each row answered ``answers[n]``, rewarded ``rewards[n]``."""
     dataset = root / "dataset.jsonl"
-    dataset.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
+    dataset.write_text("".join(json.dumps(row) + "\n" for row in rows))
     tasks = read_tasks(dataset)
     run_dir = root / "earlier"
     with RunFolderWriter(run_dir) as writer:
         for index, task in enumerate(tasks):
             for repeat in range(repeats):
-                row = ROWS[index]
+                row = rows[index]
                 response = responses_object(Script(answer=answers[index]), row["responses_create_params"])
                 writer.record(
                     TrialOutcome(
@@ -164,11 +166,15 @@ def test_rescore_reports_the_new_verdicts_without_a_rollout(
 
 def test_rescore_with_a_baseline_of_the_earlier_run_shows_what_moved(pytester: pytest.Pytester, fake: FakeGym) -> None:
     pytester.makeini("[pytest]\n")
-    earlier_run(pytester.path, ["\\boxed{E}", "\\boxed{E}", "\\boxed{B}"], [1.0, 1.0, 1.0])
+    five = [{"responses_create_params": {"input": f"question {n}"}, "expected_answer": "E"} for n in range(5)]
+    earlier_run(
+        pytester.path, ["\\boxed{E}", "\\boxed{E}", "\\boxed{B}", "\\boxed{E}", "\\boxed{E}"], [1.0] * 5, rows=five
+    )
     # Row 2's saved answer is wrong under today's verifier: a first re-score writes the baseline, a second
-    # compares with it (no regression) while still naming what moved against the earlier run.
+    # compares with it (no regression; five tasks, as a comparison needs at least five) while still naming
+    # what moved against the earlier run.
     first = pytester.runpytest_subprocess(*rescore_args(fake, "--gym-baseline", "base.json", "--gym-update-baseline"))
-    first.assert_outcomes(passed=4, failed=2)
+    first.assert_outcomes(passed=8, failed=2)
     second = pytester.runpytest_subprocess(
         *rescore_args(fake, "--gym-baseline", "base.json"), "--gym-run-dir", "run2", "--gym-verdict", "gate"
     )

@@ -116,7 +116,7 @@ def test_regression_against_baseline_fails_naming_new_failures(
     assert len(json.loads((pytester.path / "base.json").read_text())["suites"]["all_e.jsonl"]["tasks"]) == 10
     same = pytester.runpytest(*args)
     same.assert_outcomes(passed=21)
-    same.stdout.fnmatch_lines(["  baseline: delta 0.000 over 10 shared tasks*"])
+    same.stdout.fnmatch_lines(["  baseline: delta +0.000 over 10 shared tasks*"])
     gym.script(answer="\\boxed{B}")
     worse = pytester.runpytest(*args)
     worse.assert_outcomes(xfailed=20, failed=1)
@@ -124,8 +124,8 @@ def test_regression_against_baseline_fails_naming_new_failures(
     first = task_hash(json.loads(all_e.read_text().splitlines()[0]))[:12]
     worse.stdout.fnmatch_lines(
         [
-            "regression against the baseline: mean reward changed by -1.000 * over 10 shared tasks; "
-            f"new failures: {first}*"
+            "regression against the baseline: delta -1.000 over 10 shared tasks (one-sided 95% bounds *); each task "
+            f"on its 2 trials; new failures: {first}*"
         ]
     )
     worse.stdout.fnmatch_lines(
@@ -135,6 +135,32 @@ def test_regression_against_baseline_fails_naming_new_failures(
             "FAILED all_e.jsonl::baseline - regression against the baseline*",
         ]
     )
+
+
+def test_a_stochastic_policy_against_its_baseline(pytester: pytest.Pytester, all_e: Path, gym: RealGym) -> None:
+    """Issue 21 end to end: the scripted policy right with chance 0.9 (seeded) and one row broken. The baseline was
+    one trial a row, this run three: each row is compared on its first trial, the noise of the nine others makes no
+    new failure, and the broken row (every trial wrong now) is one, named."""
+    args = attach(gym, "--gym-verdict", "gate", "--gym-baseline", "base.json", "--gym-summary", "summary.json",
+                  dataset="all_e.jsonl")  # fmt: skip
+    written = pytester.runpytest(*args, "--gym-repeats", "1", "--gym-update-baseline")
+    assert written.ret == pytest.ExitCode.OK
+    gym.script(chance=0.9, seed=21, broken=["(variant 3)"])
+    result = pytester.runpytest(*args, "--gym-repeats", "3", "--gym-gate", "new_failures<=0")
+    broken = task_hash(json.loads(all_e.read_text().splitlines()[3]))[:12]
+    result.stdout.fnmatch_lines(
+        [
+            f"  gate new_failures<=0: FAIL (new_failures = 1, required <= 0: {broken} (line 4)*",
+            "  baseline: delta * over 10 shared tasks (one-sided 95% bounds *); each task on its first 1 trial both "
+            "runs have (the baseline has 1 per task, this run 3)*",
+        ]
+    )
+    suite = json.loads((pytester.path / "summary.json").read_text())["suites"]["all_e.jsonl"]
+    assert 0.5 < suite["mean_reward"] < 0.9  # the broken row, and the others wrong now and then
+    assert suite["flaky_tasks"]
+    baseline = suite["baseline"]
+    assert baseline["new_failure_tasks"] == [{"hash": broken, "line": 4}]
+    assert baseline["trials_compared"] == {"min": 1, "max": 1}
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")])
@@ -164,7 +190,8 @@ def test_totals_and_flaky_tasks_from_real_trials(
     assert flaky  # E, E, B over 30 calls leaves some row with mixed repeats however they are dispatched
     assert {t["hash"]: t["successes"] for t in suite["flaky_tasks"]} == flaky
     assert all(t["repeats"] == 3 and t["line"] in range(1, 11) for t in suite["flaky_tasks"])
-    assert suite["flaky_rate"] == pytest.approx(len(flaky) / 10)
+    # The chance two trials of a task disagree: 2/3 for a task with 1 or 2 of 3 right, 0 for the others.
+    assert suite["flaky_rate"] == pytest.approx(2 / 3 * len(flaky) / 10)
 
     totals = suite["totals"]
     tokens = [
@@ -201,7 +228,7 @@ def test_reordered_and_inserted_rows_do_not_disturb_the_baseline(
     all_e.write_text("\n".join([json.dumps(extra), *reversed(lines)]) + "\n")
     again = pytester.runpytest(*args)
     again.assert_outcomes(passed=12)
-    again.stdout.fnmatch_lines(["  baseline: delta 0.000 over 10 shared tasks*", "  new tasks (not in baseline): 1"])
+    again.stdout.fnmatch_lines(["  baseline: delta +0.000 over 10 shared tasks*", "  new tasks (not in baseline): 1"])
 
 
 def test_suite_result_hook_gets_the_metrics(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:

@@ -171,7 +171,10 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("update_baseline", "write this run's results to --gym-baseline (atomically)", "flag"),
     Spec(
-        "max_regression", "a significant drop of mean reward larger than this fails the run (default 0.0)", "float", "X"
+        "max_regression",
+        "a drop of mean reward shown larger than this (one-sided p < 0.05) fails the run (default 0.0)",
+        "float",
+        "X",
     ),
     Spec("export", "exporter to run at the end (summary, mlflow, github, or a plugin's); repeatable", "list", "NAME"),
     Spec(

@@ -119,7 +119,15 @@ def markdown(run: ExportRun) -> str:
             notes.append(f"- {_code(suite)}: {len(flaky)} flaky tasks (passed/trials): {shown}")
         baseline = m.baseline
         if baseline is not None:
-            regressed = " **regression**" if baseline.regressed else ""
+            regressed = (
+                " **regression**"
+                if baseline.regressed
+                else " **undecided**"
+                if baseline.undecided
+                else " **no evidence**"
+                if baseline.no_evidence
+                else ""
+            )
             p_text = f" (one-sided p = {baseline.p_drop:.3g})" if baseline.p_drop is not None else ""
             notes.append(
                 f"- {_code(suite)} against the baseline: mean reward delta {_num(baseline.mean_delta)}{p_text} over "

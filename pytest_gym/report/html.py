@@ -666,7 +666,8 @@ class _Builder:
             "min_reward": min_reward,
             "numbers": mask.data(_numbers(entry, source)),
             "gates": gates,
-            "failed": any(not g["passed"] for g in gates) or bool(baseline and baseline.get("regressed")),
+            "failed": any(not g["passed"] for g in gates)
+            or bool(baseline and (baseline.get("regressed") or baseline.get("passed") is False)),
             "baseline": baseline,
             "baseline_note": mask.text(entry.baseline_note) if entry.baseline_note else None,
             "flaky": sorted(position[i] for i in flaky_ids),
@@ -692,6 +693,8 @@ class _Builder:
         by_short = {t["hash"]: t for t in tasks}
         new_failures = {h for h in _summary_hashes(section.new_failures) if h in by_short}
         fixed = {h for h in _summary_hashes(section.fixed) if h in by_short}
+        flaky_failures = {t.hash for t in section.flaky_failures if t.hash in by_short}
+        flaky_fixes = {t.hash for t in section.flaky_fixes if t.hash in by_short}
         before: dict[str, float | None] = {}
         before_passed: dict[str, bool] = {}
         # The baseline file given to the report (the summary's own path is not followed: it may be anything).
@@ -712,7 +715,11 @@ class _Builder:
         changed = []
         for task in tasks:
             short = task["hash"]
-            change = "new_failure" if short in new_failures else "fixed" if short in fixed else None
+            change = next(
+                (kind for kind, hashes in (("new_failure", new_failures), ("fixed", fixed), ("flaky_failure",
+                 flaky_failures), ("flaky_fix", flaky_fixes)) if short in hashes),
+                None,
+            )  # fmt: skip
             was = before.get(short)
             if change is None and short not in before:
                 continue
@@ -728,7 +735,7 @@ class _Builder:
                 changed.append((_CHANGE_ORDER[change], delta or 0.0, position[task["id"]]))
         lists = ("new_failures", "fixed", "unused", "new_tasks", "new_failure_tasks", "fixed_tasks")
         out: dict[str, Any] = self.mask.data(section.model_dump(mode="json", exclude=set(lists)))
-        for key in ("new_failures", "fixed", "unused", "new_tasks"):
+        for key in ("new_failures", "fixed", "unused", "new_tasks", "flaky_failures", "flaky_fixes"):
             out[f"{key}_count"] = len(getattr(section, key))
         out["changed"] = [index for *_, index in sorted(changed)]
         out["source"] = source
@@ -736,7 +743,7 @@ class _Builder:
 
 
 _RULES: dict[str, Rule] = {"all": "all", "majority": "majority", "any": "any"}
-_CHANGE_ORDER = {"new_failure": 0, "fixed": 1, None: 2}
+_CHANGE_ORDER = {"new_failure": 0, "fixed": 1, "flaky_failure": 2, "flaky_fix": 3, None: 4}
 
 
 def report_data(run_dir: Path, baseline: Baselines = None) -> dict[str, Any]:

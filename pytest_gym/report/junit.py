@@ -325,8 +325,13 @@ def flat_properties(s: SuiteSummary) -> dict[str, str]:
     if c is not None:
         props["baseline_delta"] = str(c.mean_delta)
         props["baseline_p_drop"] = str(c.p_drop)
+        props["baseline_p_beyond"] = str(c.p_beyond)
         props["baseline_method"] = c.method
+        props["baseline_compared"] = c.compared
         props["baseline_regressed"] = str(c.regressed).lower()
+        props["baseline_passed"] = str(c.passed).lower()
+        if c.reason:
+            props["baseline_reason"] = c.reason
         props["baseline_new_failures"] = str(len(c.new_failures))
         props["baseline_fixed"] = str(len(c.fixed))
         if c.new_failure_tasks:
