@@ -8,76 +8,22 @@ locally and fail under CI, where they must run.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 # pytester's in-process runs restore sys.modules afterwards, dropping what the plugin imported lazily.
 # PyYAML's C loader (yaml._yaml, used by OmegaConf) cannot be re-imported: it keeps the node classes of
 # the first import, so a fresh yaml then fails with "could not determine a constructor for the tag None"
-# (tests/test_suitefile.py run alone). Imported here, yaml is in pytester's snapshot and kept.
+# (tests/session/test_suite_files.py run alone). Imported here, yaml is in pytester's snapshot and kept.
 import yaml  # noqa: F401
 
-from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import start_deployment, stop_started
-
-ROOT = Path(__file__).parent
-EXAMPLE = ROOT / "examples" / "mcqa" / "example.jsonl"
-#: The bundled mcqa example expects B, C, I, E, E.
-EXAMPLE_ANSWERS = ["B", "C", "I", "E", "E"]
-
-
-def find_gym_cli() -> str | None:
-    for candidate in (os.environ.get("PYTEST_GYM_CLI"), str(ROOT / ".venvs" / "gym" / "bin" / "gym")):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    return shutil.which("gym")
-
-
-def need_gym() -> str:
-    cli = find_gym_cli()
-    if cli is None:
-        message = "NeMo Gym is not installed (scripts/install-gym.sh, or set PYTEST_GYM_CLI)"
-        if os.environ.get("CI"):
-            pytest.fail(message + ": Gym tests must run in CI")
-        pytest.skip(message)
-    return cli
-
-
-class RealGym:
-    """A running deployment plus a handle on its scripted policy."""
-
-    def __init__(self, endpoint: GymEndpoint, cli: str, run_dir: Path) -> None:
-        self.endpoint = endpoint
-        self.cli = cli
-        self.run_dir = run_dir
-        assert endpoint.policy_url is not None
-        self.policy_url = endpoint.policy_url
-
-    @property
-    def url(self) -> str:
-        return self.endpoint.head_url
-
-    def script(self, **changes: Any) -> dict[str, Any]:
-        response = httpx.put(f"{self.policy_url}/_script", json=changes, timeout=10, trust_env=False)
-        response.raise_for_status()
-        result: dict[str, Any] = response.json()
-        return result
-
-    def policy_calls(self) -> int:
-        stats = httpx.get(f"{self.policy_url}/_stats", timeout=10, trust_env=False).json()
-        return int(stats["calls"])
-
-    def reset(self) -> None:
-        self.script(
-            answer="\\boxed{E}", latency_ms=0, fault_every=0, fault_mode="status", fault_status=500, reset_stats=True
-        )
+from tests.helpers.paths import EXAMPLE
+from tests.helpers.realgym import RealGym, need_gym
 
 
 @pytest.fixture
@@ -87,20 +33,6 @@ def example(pytester: pytest.Pytester) -> Path:
     shutil.copy(EXAMPLE, path)
     pytester.makeini("[pytest]\n")
     return path
-
-
-def attach(gym: RealGym, *args: str, dataset: str = "example.jsonl") -> tuple[str, ...]:
-    """Command-line arguments that run ``dataset`` against the shared Gym."""
-    return ("--gym-url", gym.url, "--gym-agent", "mcqa_simple_agent", "--gym-dataset", dataset, *args)
-
-
-def start_mode(gym_cli: str, *args: str, dataset: str = "example.jsonl") -> tuple[str, ...]:
-    """Command-line arguments that start a Gym (mcqa, the policy answering E) for ``dataset``, run folder ``run``."""
-    return (
-        "--gym-dataset", dataset, "--gym-resources-server", "mcqa", "--gym-policy", "scripted",
-        "--gym-policy-answer", "\\boxed{E}", f"--gym-cli={gym_cli}", "--gym-server-venv", "auto",
-        "--gym-agent", "mcqa_simple_agent", "--gym-run-dir", "run", *args,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="session")
