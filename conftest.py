@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ import yaml  # noqa: F401
 
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import start_deployment, stop_started
+from tests.helpers.browser import CHROMEDRIVER, CHROMIUM, need_browser
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.realgym import RealGym, need_gym
 
@@ -64,6 +66,30 @@ def gym(real_gym: RealGym) -> Iterator[RealGym]:
     real_gym.reset()
     yield real_gym
     real_gym.reset()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A headless Chromium (Selenium), for tests marked ``browser``."""
+    need_browser()
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1300,900",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
 
 
 @pytest.fixture(autouse=True)

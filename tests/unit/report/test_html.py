@@ -1,16 +1,15 @@
 """The HTML report: the data it is built from, the page it writes, its size for big runs, and the page in a real
-browser (a synthetic run, and a real-Gym run with failures, flaky tasks, errors and a baseline)."""
+browser (a synthetic run; a real-Gym run with failures, flaky tasks, errors and a baseline is in
+tests/gym/test_html_report.py)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ from pytest_gym.judge.stats import suite_stats
 from pytest_gym.report.html import build_report, embed_json, prompt_text, report_data
 from pytest_gym.runfolder.rollouts import RunFolderWriter, write_aggregate_metrics
 from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
-from tests.helpers.paths import EXAMPLE_ANSWERS, ROOT
-from tests.helpers.realgym import RealGym, attach
+from tests.helpers.browser import click, console_errors, page_data, rows_shown
+from tests.helpers.paths import ROOT
 from tests.helpers.report_runs import Spec, make_run
 
 SUITE = "data/qa.jsonl"
@@ -91,12 +90,6 @@ def write_run(run_dir: Path, trials: list[TrialOutcome], suite_entry: dict[str, 
 
 def by_hash(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["hash"]: t for t in data["tasks"]}
-
-
-def page_data(html: str) -> Any:
-    found = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S)
-    assert found is not None
-    return json.loads(found.group(1))
 
 
 # -- the data ----------------------------------------------------------------------------------------------
@@ -421,72 +414,6 @@ def test_ten_thousand_trials_make_a_page_of_a_few_mb_in_seconds(tmp_path: Path) 
 
 # -- in a real browser -------------------------------------------------------------------------------------
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-
-def need_browser() -> None:
-    """Skip without Chromium, its driver or Selenium locally; fail in CI, where they must be."""
-    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not Path(p).is_file()]
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        missing.append("selenium")
-    if missing:
-        message = f"{', '.join(missing)} missing (scripts/install-browser.sh; pip install selenium)"
-        if os.environ.get("CI"):
-            pytest.fail(message + ": browser tests must run in CI")
-        pytest.skip(message)
-
-
-def artifacts_dir() -> Path:
-    path = Path(os.environ.get("PYTEST_GYM_ARTIFACTS") or ROOT / ".pytest_gym" / "artifacts")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
-    need_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1300,900",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):  # fmt: skip
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def console_errors(driver: Any) -> list[dict[str, Any]]:
-    return [entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"]
-
-
-def screenshot(driver: Any, target: Path) -> Path:
-    """The whole page (the window grown to its height), as a PNG."""
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1300, min(int(height) + 120, 12_000))
-    driver.save_screenshot(str(target))
-    return target
-
-
-def rows_shown(driver: Any) -> int:
-    return int(driver.execute_script("return document.querySelectorAll('table.tasks tr.row').length"))
-
-
-def click(driver: Any, selector: str) -> None:
-    driver.execute_script("document.querySelector(arguments[0]).click()", selector)
-
 
 @pytest.mark.browser
 def test_synthetic_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
@@ -530,70 +457,6 @@ def test_synthetic_report_in_a_browser(browser: Any, tmp_path: Path) -> None:
     assert opened[0].get_attribute("data-i") == worst
     assert f"pytest '{data['tasks'][int(worst)]['suite']}::" in opened[0].text
     assert console_errors(browser) == []
-
-
-@pytest.mark.gym
-@pytest.mark.browser
-def test_real_gym_report_in_a_browser(browser: Any, pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
-    """A run with failures, flaky tasks, errors and a baseline, against the real Gym, read in Chromium.
-
-    The baseline is a first run answering E. The run itself reuses (``--gym-resume``) the r0 trials of a run
-    answering E and runs r1, r2 with the policy answering B, every fifth call failing: tasks that expect B
-    become fixes (two of three repeats pass: ``--gym-task-pass majority``), those that expect E new failures,
-    and both are flaky (their repeats disagree).
-    """
-    assert EXAMPLE_ANSWERS == ["B", "C", "I", "E", "E"]
-    pytester.runpytest(*attach(gym, "--gym-repeats", "3", "--gym-run-dir", "run0"),
-                       "--gym-baseline", "base.json", "--gym-update-baseline")  # fmt: skip
-    assert (pytester.path / "base.json").is_file()
-    pytester.runpytest(*attach(gym, "--gym-repeats", "3", "--gym-run-dir", "run1"), "-k", "r0")
-    gym.script(answer="\\boxed{B}", fault_every=5, fault_status=400, reset_stats=True)
-    result = pytester.runpytest(
-        *attach(gym, "--gym-repeats", "3", "--gym-resume", "run1", "--gym-run-dir", "run2", "--gym-concurrency", "1"),
-        "--gym-baseline", "base.json", "--gym-min-reward", "0.6", "--gym-task-pass", "majority",
-        "--gym-gate", "pass@2>=0.5", "--gym-gate", "mean_reward>=0.4",
-    )  # fmt: skip
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
-    run = pytester.path / "run2"
-    page = build_report(run, baseline=pytester.path / "base.json")
-    data = page_data(page.read_text())
-    (suite,) = data["suites"]
-    tasks = data["tasks"]
-    assert suite["numbers"]["tasks"] == 5
-    assert sum(len(t["trials"]) for t in tasks) == 15
-    errored = [t for t in tasks if t["errors"]]
-    flaky = [t for t in tasks if t["flaky"]]
-    assert len(errored) >= 1
-    assert len(flaky) >= 2
-    assert suite["baseline"]["new_failures_count"] >= 1
-    assert suite["baseline"]["fixed_count"] >= 1
-
-    browser.get(page.as_uri())
-    assert rows_shown(browser) == 5
-    kpis = browser.find_element("css selector", ".kpis").text
-    assert "5\ntasks" in kpis
-    assert "15\ntrials" in kpis
-    click(browser, 'button[data-filter="flaky"]')
-    assert rows_shown(browser) == len(flaky)
-    click(browser, 'button[data-filter="errored"]')
-    assert rows_shown(browser) == len(errored)
-    click(browser, 'button[data-filter="regressed"]')
-    assert rows_shown(browser) == sum(1 for t in tasks if t.get("regressed"))
-    assert "new failure" in browser.find_element("css selector", "table.tasks tbody").text
-
-    # Task 0 expects B: its fresh repeats answered \boxed{B}.
-    click(browser, 'button[data-filter="all"]')
-    first = tasks[0]
-    click(browser, f'tr.row[data-i="{tasks.index(first)}"]')
-    detail = browser.find_element("css selector", "tr.detail").text
-    assert "\\boxed{B}" in detail
-    assert "\\boxed{E}" in detail  # the reused r0
-    assert f"pytest 'example.jsonl::{first['hash']}[r0]'" in detail
-    assert console_errors(browser) == []
-
-    shot = screenshot(browser, artifacts_dir() / "report.png")
-    shutil.copy(page, artifacts_dir() / "report.html")
-    assert shot.stat().st_size > 10_000
 
 
 def test_an_empty_run_folder_gives_a_page_that_says_so(tmp_path: Path) -> None:
