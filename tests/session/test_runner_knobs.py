@@ -1,6 +1,6 @@
 """Gym fidelity knobs against a fake ``gym``: the exact argv and environment Gym gets, secrets kept out of
-everything the run writes, the run timeout, Hydra parameters flattened from suite files, binding a
-composable agent. (Against the real Gym: tests/gym/test_benchmark_suites.py.)"""
+everything the run writes, the run timeout, Hydra parameters flattened from suite files. (Against the real Gym:
+tests/gym/test_benchmark_suites.py, tests/gym/test_gym_reads_our_hydra_overrides.py.)"""
 
 from __future__ import annotations
 
@@ -8,16 +8,12 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.startargs import bind_override, flatten_hydra, gym_command, hydra_item
 from tests.helpers.fake_gym_cli import MARK, install, recorded_argv, start_args, wait_gone
 from tests.helpers.paths import GYMROOT
-from tests.helpers.realgym import need_gym
 
 SECRET = "zz-knob-secret-MARKER-4f1c"
 ENV_SECRET = "zz-env-token-MARKER-77aa"
@@ -123,41 +119,3 @@ def test_run_timeout_errors_the_rest_and_stops_gym(
     result.stdout.fnmatch_lines(["*rows.jsonl: 6 tasks, 6 trials, * errors*"])
     alive, _ = wait_gone(token, 30)
     assert not alive
-
-
-@pytest.mark.gym
-def test_hydra_mapping_is_read_back_by_gyms_own_parser(tmp_path: Path) -> None:
-    gym_python = Path(need_gym()).parent / "python"
-    from test_start_args import HYDRA_CHECK
-
-    nested = {"a": {"s": "x, y [z] = 'q' \"r\"", "n": 3, "f": 0.5, "t": True, "none": None, "l": ["a b", 1]},
-              "b": {"url": "http://h:1/v1?x=1", "env": "${oc.env:HOME}", "dollar": "a ${oc.env:HOME}",
-                    "empty": ""}}  # fmt: skip
-    overrides = [hydra_item(item) for item in flatten_hydra(nested)]
-    answer = subprocess.run(
-        [str(gym_python), "-c", HYDRA_CHECK], input=json.dumps(overrides), capture_output=True, text=True, timeout=120
-    )
-    assert answer.returncode == 0, answer.stderr
-    # exactly ${oc.env:NAME} is Gym's environment reference (resolved here); any other ${ stays as written
-    assert json.loads(answer.stdout) == {
-        "a.s": nested["a"]["s"], "a.n": 3, "a.f": 0.5, "a.t": True, "a.none": None, "a.l": ["a b", 1],
-        "b.url": "http://h:1/v1?x=1", "b.env": os.environ["HOME"], "b.dollar": "a ${oc.env:HOME}", "b.empty": "",
-    }  # fmt: skip
-
-
-def test_a_composable_agent_is_bound_to_the_only_resources_server(tmp_path: Path) -> None:
-    (tmp_path / "agent.yaml").write_text(
-        "my_agent:\n  responses_api_agents:\n    simple_agent:\n      resources_server:\n"
-        "        type: resources_servers\n        name: ???\n"
-    )
-    (tmp_path / "rs.yaml").write_text("my_rs:\n  resources_servers:\n    mcqa: {entrypoint: app.py}\n")
-    configs = (str(tmp_path / "agent.yaml"), str(tmp_path / "rs.yaml"))
-    expected = "++my_agent.responses_api_agents.simple_agent.resources_server.name=my_rs"
-    assert bind_override(GymSettings(config=configs), "gym", tmp_path) == expected
-    assert expected in gym_command(GymSettings(config=configs), "gym", None, 1, tmp_path)
-    assert bind_override(GymSettings(config=configs, bind_resources_server="off"), "gym", tmp_path) is None
-    named = bind_override(GymSettings(config=configs, bind_resources_server="other"), "gym", tmp_path)
-    assert named == "++my_agent.responses_api_agents.simple_agent.resources_server.name=other"
-    (tmp_path / "rs2.yaml").write_text("rs2:\n  resources_servers:\n    mcqa: {entrypoint: app.py}\n")
-    two = (*configs, str(tmp_path / "rs2.yaml"))
-    assert bind_override(GymSettings(config=two), "gym", tmp_path) is None  # which one? Gym's error says

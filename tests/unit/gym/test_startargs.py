@@ -1,48 +1,22 @@
-"""The ``gym env start`` command line and the policy's: quoted as Hydra expects, head server pinned, no secret.
-
-A fake ``gym`` records the argv and (as a digest) the key it was started with; one test feeds the
-overrides to Gym's own Hydra override parser and OmegaConf, run from Gym's venv.
+"""The ``gym env start`` command line and the policy's, built directly: an answer starting with a dash, credentials
+refused by the settings, the trajectory capture, binding a composable agent. Through pytest with a fake ``gym``:
+tests/session/test_start_command.py; read back by Gym's own parser: tests/gym/test_gym_reads_our_hydra_overrides.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import subprocess
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.startargs import gym_command, hydra_quote
+from pytest_gym.gym.startargs import bind_override, gym_command
 from pytest_gym.process.groups import stop_supervised
 from pytest_gym.standins.launch import start_policy
-from tests.helpers.fake_gym_cli import install, recorded_argv, start_args
-from tests.helpers.realgym import need_gym
 
 MARKER = "sk-pytestgym-MARKER-5e1d"
-PROBE = """
-import json, urllib.request
-
-def test_probe(gym_server):
-    with urllib.request.urlopen(gym_server.policy_url + "/_script", timeout=10) as answer:
-        script = json.load(answer)
-    print("SCRIPT=" + json.dumps(script))
-"""
-
-
-@pytest.fixture
-def fake(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
-    pytester.makeini("[pytest]\n")
-    monkeypatch.setenv("FAKE_GYM_RECORD", str(pytester.path / "record"))
-    return install(pytester.path / "bin")
-
-
-def _script(result: pytest.RunResult) -> dict[str, object]:
-    line = next(line for line in result.outlines if "SCRIPT=" in line)
-    script: dict[str, object] = json.loads(line.split("SCRIPT=", 1)[1].removesuffix("."))
-    return script
 
 
 @pytest.mark.parametrize("answer", ["-x", "--boxed", "-", "--answer"])
@@ -56,94 +30,6 @@ def test_policy_answer_starting_with_a_dash_starts_the_policy(tmp_path: Path, an
     assert script["answer"] == answer
     assert script["model"] == "-m"
     assert notes == ["policy: stopped by SIGTERM"]
-
-
-NASTY_MODEL = 'org/model,v2 "it\'s" ${oc.env:HOME}'
-
-
-def test_generated_overrides_are_quoted_and_the_head_server_pinned(pytester: pytest.Pytester, fake: Path) -> None:
-    odd = pytester.path / "odd, 'dir'"
-    odd.mkdir()
-    (odd / "extra.yaml").write_text("{}\n")
-    pytester.makepyfile(test_probe=PROBE)
-    result = pytester.runpytest(
-        "-s",
-        *start_args(fake, "--gym-model", NASTY_MODEL, "--gym-config", "odd, 'dir'/extra.yaml", "--gym-policy-answer=-x",
-                    "--gym-set", "responses_create_params.max_output_tokens=64"),
-    )  # fmt: skip
-    result.assert_outcomes(passed=1)
-    argv = recorded_argv(pytester.path / "record")
-    assert f"++policy_model_name={hydra_quote(NASTY_MODEL)}" in argv
-    assert "++policy_model_name='org/model,v2 \"it\\'s\" \\${oc.env:HOME}'" in argv
-    assert "++head_server.host=127.0.0.1" in argv
-    assert "+responses_create_params.max_output_tokens=64" in argv  # --gym-set stays Hydra syntax as written
-    config = Path(argv[argv.index("--config") + 1])
-    assert not set(",' ") & set(str(config))
-    assert config.resolve() == (odd / "extra.yaml").resolve()
-    # The policy got the very name and answer (argv items, no shell and no Hydra in between).
-    assert _script(result)["model"] == NASTY_MODEL
-    assert _script(result)["answer"] == "-x"
-
-
-def test_no_secret_reaches_argv_the_log_or_the_run_info(
-    pytester: pytest.Pytester, fake: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("GYM_POLICY_API_KEY", MARKER)
-    pytester.makepyfile(test_probe="def test_probe(gym_server):\n    assert gym_server.agents == ['fake_agent']\n")
-    args = start_args(fake, "--gym-model-url", "https://models.example/v1?deployment=eu", "--gym-model", "m")
-    args = tuple(a for a in args if a not in ("--gym-policy", "scripted"))
-    result = pytester.runpytest("-s", *args)
-    result.assert_outcomes(passed=1)
-    argv = recorded_argv(pytester.path / "record")
-    assert "++policy_base_url='https://models.example/v1?deployment=eu'" in argv
-    assert not any(MARKER in item for item in argv)
-    # ... the key reaches Gym through its environment (env.yaml: ${oc.env:GYM_POLICY_API_KEY}).
-    record = json.loads((pytester.path / "record" / "argv.json").read_text())
-    assert record["key_sha256"] == hashlib.sha256(MARKER.encode()).hexdigest()
-    assert "${oc.env:GYM_POLICY_API_KEY" in (pytester.path / "run" / "env.yaml").read_text()
-    run = pytester.path / "run"
-    for name in ("gym_env.log", "pytest_gym_run.json", "deployment.json"):
-        assert (run / name).is_file(), name
-    state = json.loads((run / "deployment.json").read_text())
-    assert state["stopped"] == ["gym: stopped by SIGINT"]  # by its supervisor, asked at the end of the run
-    leaks = [str(p) for p in run.rglob("*") if p.is_file() and not p.is_symlink() and MARKER.encode() in p.read_bytes()]
-    assert leaks == []
-    assert MARKER not in result.stdout.str()
-
-
-@pytest.mark.parametrize(
-    ("args", "problem"),
-    [
-        (("--gym-model-url", f"https://user:{MARKER}@models.example/v1"), "user-info before '@' in the URL"),
-        (("--gym-model-url", f"https://{MARKER}@models.example/v1"), "user-info before '@' in the URL"),
-        (("--gym-model-url", f"https://models.example/v1?api_key={MARKER}"), "query key 'api_key'"),
-        (("--gym-model-url", f"https://models.example/v1?key={MARKER}&x=1"), "query key 'key'"),
-        (("--gym-set", f"policy_api_key={MARKER}"), "setting 'policy_api_key'"),
-        (("--gym-set", f"++judge.access_token={MARKER}"), "setting 'judge.access_token'"),
-        (("--gym-set", f"judge_model.password={MARKER}"), "setting 'judge_model.password'"),
-        (("--gym-set", f"judge_base_url=https://u:{MARKER}@judge/v1"), "a URL in 'judge_base_url' with user-info"),
-    ],
-)
-def test_credentials_on_the_command_line_are_refused(
-    pytester: pytest.Pytester, args: tuple[str, ...], problem: str
-) -> None:
-    result = pytester.runpytest(*args)
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    text = result.stdout.str() + result.stderr.str()
-    assert problem in text
-    assert "GYM_POLICY_API_KEY" in text
-    assert "${oc.env:" in text
-    assert MARKER not in text
-
-
-def test_credentials_in_the_ini_file_are_refused(pytester: pytest.Pytester) -> None:
-    pytester.makeini(f"[pytest]\ngym_model_url = https://models.example/v1?token={MARKER}\n")
-    result = pytester.runpytest()
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["*--gym-model-url from ini file (gym_model_url) holds a credential (query key 'token')*"]
-    )
-    assert MARKER not in result.stdout.str() + result.stderr.str()
 
 
 @pytest.mark.parametrize(
@@ -167,47 +53,6 @@ def test_settings_refuse_credentials_when_built_directly() -> None:
         GymSettings(set=(f"api_key={MARKER}",))
 
 
-HYDRA_CHECK = """
-import json, sys
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from omegaconf import OmegaConf
-
-parser = OverridesParser.create()
-values = {}
-for override in json.loads(sys.stdin.read()):
-    parsed = parser.parse_override(override)
-    config = OmegaConf.create({"value": parsed.value()})
-    values[parsed.key_or_group] = OmegaConf.to_container(config, resolve=True)["value"]
-print(json.dumps(values))
-"""
-
-
-@pytest.mark.gym
-def test_gyms_own_hydra_parser_reads_the_overrides_back(tmp_path: Path) -> None:
-    gym_python = Path(need_gym()).parent / "python"
-    model = 'org/model,v2 "it\'s" ${oc.env:HOME} \\ end\\'
-    url = "http://127.0.0.1:9/v1?deployment=eu&x=[1]"
-    run_dir = tmp_path / "run, 'odd' ${x}"
-    settings = GymSettings(resources_server="mcqa", model=model, model_url=url, server_venv=None)
-    argv = gym_command(settings, "gym", None, 12345, run_dir)
-    # The venv links folder would carry the run folder's name: quote it as the command does.
-    overrides = [a for a in argv if a.startswith("++")] + [f"++uv_venv_dir={hydra_quote(str(run_dir))}"]
-    answer = subprocess.run(
-        [str(gym_python), "-c", HYDRA_CHECK], input=json.dumps(overrides), capture_output=True, text=True, timeout=120
-    )
-    assert answer.returncode == 0, answer.stderr
-    assert json.loads(answer.stdout) == {
-        "policy_base_url": url,
-        "policy_model_name": model,
-        "head_server.host": "127.0.0.1",
-        "head_server.port": 12345,
-        "uv_venv_dir": str(run_dir),
-        # --gym-trajectories on (the default): an absolute capture folder inside the run folder, read back whole.
-        "observability_enabled": True,
-        "model_call_capture_dir": str(run_dir.resolve() / "model_calls"),
-    }
-
-
 def test_trajectories_capture_into_the_run_folder_and_a_users_set_comes_after(tmp_path: Path) -> None:
     on = gym_command(
         GymSettings(resources_server="mcqa", set=("observability_enabled=false",)), "gym", None, 1, tmp_path
@@ -216,3 +61,21 @@ def test_trajectories_capture_into_the_run_folder_and_a_users_set_comes_after(tm
     assert on.index("++observability_enabled=true") < on.index(capture) < on.index("+observability_enabled=false")
     off = gym_command(GymSettings(resources_server="mcqa", trajectories="off"), "gym", None, 1, tmp_path)
     assert not [arg for arg in off if "observability" in arg or "model_call_capture" in arg]
+
+
+def test_a_composable_agent_is_bound_to_the_only_resources_server(tmp_path: Path) -> None:
+    (tmp_path / "agent.yaml").write_text(
+        "my_agent:\n  responses_api_agents:\n    simple_agent:\n      resources_server:\n"
+        "        type: resources_servers\n        name: ???\n"
+    )
+    (tmp_path / "rs.yaml").write_text("my_rs:\n  resources_servers:\n    mcqa: {entrypoint: app.py}\n")
+    configs = (str(tmp_path / "agent.yaml"), str(tmp_path / "rs.yaml"))
+    expected = "++my_agent.responses_api_agents.simple_agent.resources_server.name=my_rs"
+    assert bind_override(GymSettings(config=configs), "gym", tmp_path) == expected
+    assert expected in gym_command(GymSettings(config=configs), "gym", None, 1, tmp_path)
+    assert bind_override(GymSettings(config=configs, bind_resources_server="off"), "gym", tmp_path) is None
+    named = bind_override(GymSettings(config=configs, bind_resources_server="other"), "gym", tmp_path)
+    assert named == "++my_agent.responses_api_agents.simple_agent.resources_server.name=other"
+    (tmp_path / "rs2.yaml").write_text("rs2:\n  resources_servers:\n    mcqa: {entrypoint: app.py}\n")
+    two = (*configs, str(tmp_path / "rs2.yaml"))
+    assert bind_override(GymSettings(config=two), "gym", tmp_path) is None  # which one? Gym's error says
