@@ -9,6 +9,8 @@ locally and fail under CI, where they must run.
 from __future__ import annotations
 
 import shutil
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +92,35 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, list[int]]]:
+    """A URL on 127.0.0.1 that counts the connections made to it (and answers none)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.2)
+    contacts: list[int] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            contacts.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}", contacts
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+        server.close()
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -132,14 +131,6 @@ def test_gym_server_fixture_runs_hand_written_rows(pytester: pytest.Pytester, ex
     result.assert_outcomes(passed=1)
 
 
-def test_unreachable_gym_url_errors_each_trial_once(pytester: pytest.Pytester, example: Path) -> None:
-    from pytest_gym.gym.startargs import free_port
-
-    result = pytester.runpytest("--gym-url", f"http://127.0.0.1:{free_port()}", "--gym-dataset", "example.jsonl")
-    result.assert_outcomes(errors=5)
-    result.stdout.fnmatch_lines(["*cannot read Gym's servers from http://127.0.0.1:*"])
-
-
 def test_start_mode_runs_real_gym_and_stops_it(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
     args = start_mode(gym_cli, "--gym-shutdown-grace", "20")
     result = pytester.runpytest_subprocess(*args, "-n", "2")
@@ -184,13 +175,3 @@ def test_no_policy_is_a_clear_error(pytester: pytest.Pytester, example: Path, gy
     )
     result.assert_outcomes(errors=5)
     result.stdout.fnmatch_lines(["*no policy model: pass --gym-model-url URL*or --gym-policy scripted*"])
-
-
-def test_gym_not_on_path(pytester: pytest.Pytester, example: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert shutil.which("gym") is None
-    result = pytester.runpytest(
-        "--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", "--gym-policy", "scripted"
-    )
-    result.assert_outcomes(errors=5)
-    result.stdout.fnmatch_lines(["*Gym is not installed here: 'gym' was not found on PATH*--gym-cli*"])

@@ -138,9 +138,3 @@ def test_a_crashed_workers_claim_is_taken_over(pytester: pytest.Pytester, exampl
     result = pytester.runpytest(*attach(gym, f"--gym-run-dir={run_dir}"), "-n", "2")
     result.assert_outcomes(passed=2, failed=3)
     assert gym.policy_calls() == 5
-
-
-def test_concurrency_must_be_a_positive_integer(pytester: pytest.Pytester, example: Path) -> None:
-    result = pytester.runpytest("--gym-url", "http://127.0.0.1:9", "--gym-concurrency", "0")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*invalid value '0' for concurrency from command line (--gym-concurrency)*"])

@@ -7,26 +7,19 @@ On SIGINT it takes ``FAKE_GYM_STOP_S`` seconds to stop, like Gym's slow shutdown
 stops it. ``FAKE_GYM_RUN_S`` makes each ``/run`` take that long; ``FAKE_GYM_ENV_NAMES`` (comma-separated)
 records digests of those variables, ``FAKE_GYM_ECHO`` prints their values to the log. With ``FAKE_GYM_FAIL=1``
 it prints a pydantic error, 70 lines of noise and exits 1.
-Every process of a test run carries ``PYTEST_GYM_TEST_MARK`` in its environment: ``marked`` finds them.
+Every process of a test run carries ``PYTEST_GYM_TEST_MARK`` in its environment (tests/helpers/processes.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import stat
 import sys
-import time
-from collections.abc import Iterable
 from pathlib import Path
 
 # Imported here, before any in-process pytester run: a run that imports it first has it dropped from
 # sys.modules at its end, and the re-imported module no longer matches its cached C extension
 # ("could not determine a constructor for the tag None" in the next run's discover()).
 import yaml  # noqa: F401
-
-MARK = "PYTEST_GYM_TEST_MARK"
 
 SCRIPT = r"""
 import hashlib, json, os, signal, subprocess, sys, threading, time
@@ -121,56 +114,6 @@ def install(folder: Path) -> Path:
     path.write_text(f"#!{sys.executable}\n{SCRIPT}", encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
-
-
-def _environ(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as fh:
-            return fh.read()
-    except OSError:
-        return b""
-
-
-def _state(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return b"X"
-
-
-def marked(token: str) -> dict[int, str]:
-    """Live (not zombie) processes whose environment carries ``MARK=token``: pid -> command line."""
-    needle = f"{MARK}={token}".encode() + b"\0"
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        pid = int(entry)
-        if needle in _environ(pid) and _state(pid) not in (b"Z", b"X"):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                    found[pid] = fh.read().replace(b"\0", b" ").decode(errors="replace")[:200]
-            except OSError:
-                continue
-    return found
-
-
-def wait_gone(token: str, timeout: float) -> tuple[dict[int, str], float]:
-    """Poll until no marked process is alive (bounded); what is still alive, and the seconds it took."""
-    start = time.monotonic()
-    alive = marked(token)
-    while alive and time.monotonic() - start < timeout:
-        time.sleep(0.1)
-        alive = marked(token)
-    return alive, time.monotonic() - start
-
-
-def kill_all(pids: Iterable[int]) -> None:
-    """Clean up after a failed test: SIGKILL what is left, by pid."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def start_args(fake: Path, *args: str) -> tuple[str, ...]:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
-from pytest_gym.runfolder.rollouts import EnvironmentServer
+from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, EnvironmentServer
 
 AGENT = "mcqa_simple_agent"
 SERVER = EnvironmentServer("mcqa_environment_server", "legacy_agent")
@@ -47,3 +50,8 @@ def faulted(
         agent=AGENT,
         **kw,
     )
+
+
+def reused_rewards(pytester: pytest.Pytester, run_dir: str) -> list[float]:
+    records = read_jsonl(pytester.path / run_dir / ROLLOUTS_FILE)
+    return [r["reward"] for r in sorted(records, key=lambda r: (r["_ng_task_index"], r["_ng_rollout_index"]))]

@@ -19,19 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_gym.core.pids import pid_alive
-from pytest_gym.process.groups import Supervised, spawn_supervised, stop_supervised
-from tests.helpers.fake_gym_cli import MARK, install, kill_all, marked, wait_gone
-from tests.helpers.realgym import start_mode
-
-HOLD_TEST = """
-import os, time
-from pathlib import Path
-
-def test_hold(gym_server):
-    Path("ready").write_text(gym_server.url)
-    time.sleep(120)
-"""
+from tests.helpers.fake_gym_cli import install
+from tests.helpers.processes import HOLD_TEST, MARK, kill_all, marked, wait_gone, wait_ready
 
 #: The fake Gym takes this long to stop after SIGINT; its child ignores SIGINT until the grace ends.
 STOP_S = 1.0
@@ -63,19 +52,6 @@ def _start(
     )
 
 
-def _wait_ready(pytester: pytest.Pytester, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if (pytester.path / "ready").exists():
-            return
-        if proc.poll() is not None:
-            out = proc.stdout.read().decode() if proc.stdout else ""
-            raise AssertionError(f"pytest ended before the test held Gym:\n{out}")
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("the hold test did not start within {timeout} s")
-
-
 def _wait_for_line(log: Path, line: str, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
     """Poll ``log`` until it holds ``line`` (bounded; fails at once if pytest ended)."""
     deadline = time.monotonic() + timeout
@@ -94,7 +70,7 @@ def _run_and_kill(
     token = uuid.uuid4().hex
     proc = _start(pytester, token, *args, extra_env=extra_env)
     try:
-        _wait_ready(pytester, proc)
+        wait_ready(pytester, proc)
         before = marked(token)
         # pytest, two supervisors, the fake Gym, its child, the policy (and xdist's workers).
         assert len(before) >= 6, before
@@ -149,7 +125,7 @@ def test_a_second_signal_does_not_cut_the_stop_short(pytester: pytest.Pytester) 
     token = uuid.uuid4().hex
     proc = _start(pytester, token)
     try:
-        _wait_ready(pytester, proc)
+        wait_ready(pytester, proc)
         os.killpg(proc.pid, signal.SIGINT)
         # The SIGTERM must land while Gym is stopping (from its SIGINT: STOP_S, then GRACE_S for its child):
         # wait until Gym got its SIGINT, not a fixed time that a loaded machine overruns or undercuts.
@@ -170,88 +146,3 @@ def test_a_second_signal_does_not_cut_the_stop_short(pytester: pytest.Pytester) 
     assert state["stopped"][1] == "policy: stopped by SIGTERM", state
     assert "SIGTERM arrived while Gym was stopping: the stop was finished first" in state["stopped"], state
     assert "pytest-gym: stopping gym and policy first" in text, text
-
-
-SLOW_STOPPER = (
-    "import signal, time\nsignal.signal(signal.SIGINT, lambda *_: (time.sleep(2.0), exit(0)))\ntime.sleep(600)\n"
-)
-
-
-def test_gym_and_the_policy_stop_in_parallel(tmp_path: Path) -> None:
-    items: list[Supervised] = []
-    try:
-        for name in ("gym", "policy"):
-            items.append(
-                spawn_supervised(name, [sys.executable, "-c", SLOW_STOPPER], tmp_path, tmp_path / f"{name}.log")
-            )
-        time.sleep(0.3)  # let both install their handler
-        start = time.monotonic()
-        notes = stop_supervised(items)
-        took = time.monotonic() - start
-    finally:
-        kill_all([i.pid for i in items] + [i.supervisor_pid for i in items])
-    assert notes == ["gym: stopped by SIGINT", "policy: stopped by SIGINT"]
-    assert 2.0 <= took < 3.5, f"two 2 s stops took {took:.1f} s: not in parallel"
-
-
-@pytest.mark.gym
-def test_no_real_gym_process_outlives_a_killed_pytest(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
-    pytester.makepyfile(test_hold=HOLD_TEST)
-    token = uuid.uuid4().hex
-    command = [
-        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "test_hold.py",
-        *start_mode(gym_cli), "--gym-shutdown-grace", "20",
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        command,
-        cwd=pytester.path,
-        env=dict(os.environ, **{MARK: token}),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        _wait_ready(pytester, proc, timeout=240)
-        before = marked(token)
-        state = json.loads((pytester.path / "run" / "deployment.json").read_text())
-        server_pids = {s["pid"] for s in state["endpoint"]["servers"] if s["pid"]}
-        assert server_pids <= set(before), (server_pids, before)
-        proc.send_signal(signal.SIGKILL)
-        killed = time.monotonic()
-        proc.communicate(timeout=60)
-        alive, _ = wait_gone(token, 30.0)
-        took = time.monotonic() - killed
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_all(marked(token))
-    assert alive == {}, f"{len(alive)} of {len(before)} processes alive {took:.1f} s after SIGKILL: {alive}"
-    print(f"{len(before)} processes (Gym, Ray, servers, policy, supervisors) gone {took:.1f} s after SIGKILL")
-    assert "stopped by SIGINT" in (pytester.path / "run" / "gym_env.log").read_text()
-
-
-ESCAPER = """
-import os, subprocess, sys, time
-code = "import os, sys, time\\nos.setpgid(0, 0)\\nopen(sys.argv[1], 'w').write(str(os.getpid()))\\ntime.sleep(600)"
-subprocess.Popen([sys.executable, "-c", code, sys.argv[1]])
-time.sleep(600)
-"""
-
-
-def test_what_left_the_group_but_not_the_session_is_stopped_too(tmp_path: Path) -> None:
-    # Ray's workers move to process groups of their own: a signal to Gym's group misses them.
-    pid_file = tmp_path / "escaped.pid"
-    item = spawn_supervised("gym", [sys.executable, "-c", ESCAPER, str(pid_file)], tmp_path, tmp_path / "gym.log")
-    try:
-        deadline = time.monotonic() + 10
-        while not pid_file.exists() or not pid_file.read_text():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        escaped = int(pid_file.read_text())
-        assert os.getpgid(escaped) != item.pid
-        notes = stop_supervised([item])
-    finally:
-        kill_all([item.pid, item.supervisor_pid])
-    assert notes == ["gym: stopped by SIGINT; 1 process(es) that left its group stopped"]
-    assert not pid_alive(escaped)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.fake_gym_cli import MARK, install, recorded_argv, start_args, wait_gone
+from tests.helpers.fake_gym_cli import install, recorded_argv, start_args
 from tests.helpers.paths import GYMROOT
+from tests.helpers.processes import MARK, wait_gone
 
 SECRET = "zz-knob-secret-MARKER-4f1c"
 ENV_SECRET = "zz-env-token-MARKER-77aa"
