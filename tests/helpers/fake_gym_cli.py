@@ -1,7 +1,9 @@
 """A fake ``gym`` command for process-lifetime and command-line tests (hostile input, no real Gym needed).
 
-It records its argv, working folder and (as a digest) the policy key it received, serves a head server
-with one agent on ``++head_server.port``, spawns a child in its process group and records both pids.
+It records its argv, working folder and (as a digest) the policy key it received (and one line per start
+in ``starts``), serves the stand-in Gym (tests/helpers/standin.py) with one agent on
+``++head_server.port`` (``FAKE_GYM_INSTANCES``: JSON its ``/server_instances`` answers instead), spawns a
+child in its process group and records both pids.
 On SIGINT it takes ``FAKE_GYM_STOP_S`` seconds to stop, like Gym's slow shutdown; with
 ``FAKE_GYM_ORPHAN=1`` its child ignores SIGINT and is left behind, so only a signal to the whole group
 stops it. ``FAKE_GYM_RUN_S`` makes each ``/run`` take that long; ``FAKE_GYM_ENV_NAMES`` (comma-separated)
@@ -21,12 +23,15 @@ from pathlib import Path
 # ("could not determine a constructor for the tag None" in the next run's discover()).
 import yaml  # noqa: F401
 
+from tests.helpers.paths import ROOT
+
 SCRIPT = r"""
 import hashlib, json, os, signal, subprocess, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 record = os.environ["FAKE_GYM_RECORD"]
 os.makedirs(record, exist_ok=True)
+with open(os.path.join(record, "starts"), "a") as fh:
+    fh.write("start\n")
 key = os.environ.get("GYM_POLICY_API_KEY")
 env_digests = {name: hashlib.sha256(os.environ[name].encode()).hexdigest() if name in os.environ else None
                for name in os.environ.get("FAKE_GYM_ENV_NAMES", "").split(",") if name}
@@ -54,45 +59,19 @@ child_code += "time.sleep(600)\n"
 child = subprocess.Popen([sys.executable, "-c", child_code])
 with open(os.path.join(record, "pids.json"), "w") as fh:
     json.dump({"gym": os.getpid(), "child": child.pid}, fh)
-url = f"http://127.0.0.1:{port}"
 
+sys.path.insert(0, @ROOT@)
+from tests.helpers.standin import StandinGym
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args):
-        pass
-
-    def send(self, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self):
-        if self.path == "/server_instances":
-            self.send([{"process_name": "fake_agent", "server_type": "responses_api_agents",
-                        "name": "simple_agent", "url": url + "/agent", "pid": os.getpid()}])
-        elif self.path == "/global_config_dict_yaml":
-            self.send("fake_agent: {}\n")
-        else:
-            self.send({"status": "ok"})
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if not self.path.endswith("/aggregate_metrics"):
-            time.sleep(float(os.environ.get("FAKE_GYM_RUN_S", "0")))  # a slow rollout
-        if self.path.endswith("/aggregate_metrics"):
-            self.send({"agent_metrics": {}, "key_metrics": {}, "group_level_metrics": []})
-        else:
-            self.send({"reward": 1.0, "response": {"usage": {"input_tokens": 1, "output_tokens": 1,
-                                                              "total_tokens": 2}}})
-
-
-server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-threading.Thread(target=server.serve_forever, daemon=True).start()
+gym = StandinGym("fake_agent", port=port)
+url = gym.base_url
+gym.config_yaml = "fake_agent: {}\n"
+instances = os.environ.get("FAKE_GYM_INSTANCES")
+gym.instances = json.loads(instances) if instances else [
+    {"process_name": "fake_agent", "server_type": "responses_api_agents", "name": "simple_agent",
+     "url": url + "/agent", "pid": os.getpid()}
+]
+gym.latency_s = float(os.environ.get("FAKE_GYM_RUN_S", "0"))  # a slow rollout
 stop = threading.Event()
 signal.signal(signal.SIGINT, lambda *_: stop.set())
 print(f"fake gym: serving {url}", flush=True)
@@ -111,7 +90,7 @@ def install(folder: Path) -> Path:
     """Write the fake ``gym`` executable into ``folder``; it runs with this interpreter."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "gym"
-    path.write_text(f"#!{sys.executable}\n{SCRIPT}", encoding="utf-8")
+    path.write_text(f"#!{sys.executable}\n" + SCRIPT.replace("@ROOT@", repr(str(ROOT))), encoding="utf-8")
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return path
 

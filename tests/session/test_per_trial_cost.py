@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.session.test_hostile_gym import AGENT, FakeGym, serving
+from tests.helpers.standin import StandinGym, serving
 
 COUNTING_CONFTEST = """
 import json, os
@@ -35,15 +35,18 @@ def pytest_sessionfinish(session):
 """
 
 
+AGENT = "fake_agent"
+
+
 @pytest.fixture
-def gym() -> Iterator[FakeGym]:
-    with serving() as server:
+def gym() -> Iterator[StandinGym]:
+    with serving(AGENT) as server:
         yield server
 
 
 @pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")])
 def test_the_plan_is_made_a_bounded_number_of_times_per_process(
-    pytester: pytest.Pytester, gym: FakeGym, xdist: tuple[str, ...]
+    pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
 ) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(COUNTING_CONFTEST)
