@@ -9,8 +9,6 @@ locally and fail under CI, where they must run.
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from pytest_gym.gym.deployment import start_deployment, stop_started
 from tests.helpers.browser import CHROMEDRIVER, CHROMIUM, need_browser
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.realgym import RealGym, need_gym
+from tests.helpers.standin import RawServer
 
 
 @pytest.fixture
@@ -95,32 +94,12 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture
-def listener() -> Iterator[tuple[str, list[int]]]:
-    """A URL on 127.0.0.1 that counts the connections made to it (and answers none)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    server.settimeout(0.2)
-    contacts: list[int] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except (TimeoutError, OSError):
-                continue
-            contacts.append(1)
-            conn.close()
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}", contacts
-    finally:
-        stop.set()
-        thread.join(timeout=5)
-        server.close()
+def listener() -> Iterator[RawServer]:
+    """A URL on 127.0.0.1 (``base_url``) that counts the connections made to it (and answers none)."""
+    with RawServer() as server:
+        server.answer = lambda request: b""
+        server.close_after = True
+        yield server
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import pytest
 from tests.helpers.paths import EXAMPLE, EXAMPLE_ANSWERS
 from tests.helpers.realgym import RealGym, attach
 from tests.helpers.run_records import reused_rewards
+from tests.helpers.standin import RawServer
 
 AGENT = "mcqa_simple_agent"
 XDIST = pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
@@ -43,7 +44,7 @@ def test_resuming_a_finished_run_contacts_no_gym(
     pytester: pytest.Pytester,
     example: Path,
     gym: RealGym,
-    listener: tuple[str, list[int]],
+    listener: RawServer,
     xdist: tuple[str, ...],
 ) -> None:
     rows = zip(EXAMPLE.read_text().splitlines(), EXAMPLE_ANSWERS, strict=True)
@@ -52,13 +53,13 @@ def test_resuming_a_finished_run_contacts_no_gym(
     first = pytester.runpytest(*attach(gym, "--gym-repeats", "2", "--gym-run-dir", "run1", dataset="right.jsonl"))
     first.assert_outcomes(passed=4)
     gym.script(reset_stats=True)
-    url, contacts = listener
+    url = listener.base_url
     again = pytester.runpytest(
         *("--gym-url", url, "--gym-agent", AGENT, "--gym-dataset", "right.jsonl", "--gym-repeats", "2"),
         *("--gym-resume", "run1", "--gym-run-dir", "run2", "--junitxml", "r.xml", *xdist),
     )
     again.assert_outcomes(passed=4)
-    assert contacts == [], "resuming a finished run contacted the --gym-url head"
+    assert listener.connections == 0, "resuming a finished run contacted the --gym-url head"
     assert gym.policy_calls() == 0
     assert reused_rewards(pytester, "run2") == reused_rewards(pytester, "run1") == [1.0] * 4
     assert (pytester.path / "r.xml").read_text().count("[[PROPERTY|gym_reused=True]]") == 4

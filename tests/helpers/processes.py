@@ -9,6 +9,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterable
 
@@ -88,3 +89,10 @@ def wait_ready(pytester: pytest.Pytester, proc: subprocess.Popen[bytes], timeout
         time.sleep(0.05)
     proc.kill()
     raise AssertionError("the hold test did not start within {timeout} s")
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (no live process has it, until the pid is reused)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid

@@ -15,7 +15,8 @@
 
 Any route can be replaced through ``routes``; a route's answer is an ``Answer`` or ``(status, body bytes)``.
 One instance is one server (one port); several make a deployment whose head lists the others
-(``instances``). Everything binds 127.0.0.1; every wait is bounded; ``close()`` stops the listener.
+(``instances``; ``StandinDeployment``: a head, an agent and a resources server). Everything binds
+127.0.0.1; every wait is bounded; ``close()`` stops the listener.
 """
 
 from __future__ import annotations
@@ -135,6 +136,8 @@ class RawServer:
         """Stop accepting connections (connections already open are served until their client closes them)."""
         self.closed.set()
         with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread: a bare close() would not (Linux)
+        with contextlib.suppress(OSError):
             self.sock.close()
 
 
@@ -225,6 +228,7 @@ class StandinGym(RawServer):
         self.max_in_flight = 0
         self.routes: dict[str, Route] = {
             "/readyz": lambda _: reply({"status": "ready"}),
+            "/health": lambda _: reply({"status": "ok"}),
             "/server_instances": lambda _: reply(self.server_instances()),
             "/global_config_dict_yaml": lambda _: reply(self.config_yaml),
             "/run": self.run,
@@ -338,6 +342,27 @@ class StandinGym(RawServer):
             except OSError:
                 return True
         return answer.close
+
+
+class StandinDeployment:
+    """A head listing an agent and a resources server, each a StandinGym of its own (so one can stop alone)."""
+
+    def __init__(self, agent: str = "fake_agent", resources: str = "fake_resources") -> None:
+        self.head = StandinGym(agent)
+        self.agent = StandinGym(agent)
+        self.resources = StandinGym(resources)
+        #: The pids the head reports, by process name (none by default).
+        self.pids: dict[str, int] = {}
+        self.head.config_yaml = "{}\n"
+        self.head.instances = lambda _: [
+            {"process_name": server.agent, "server_type": kind, "name": server.agent, "url": server.base_url,
+             "pid": self.pids.get(server.agent)}
+            for server, kind in ((self.agent, "responses_api_agents"), (self.resources, "resources_servers"))
+        ]  # fmt: skip
+
+    def close(self) -> None:
+        for server in (self.head, self.agent, self.resources):
+            server.close()
 
 
 @contextlib.contextmanager

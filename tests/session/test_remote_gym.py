@@ -1,10 +1,9 @@
 """A Gym on another host: ``--gym-url https://...`` behind an authenticating proxy.
 
-A fake Gym head (``/server_instances``, ``/global_config_dict_yaml``, an agent's ``/run`` and
-``/aggregate_metrics``) serves https with a self-signed certificate made here and answers 401 to any
-request without ``Authorization: Bearer <token>``. The run reads the token from an environment variable
-(``--gym-header Authorization=VAR``) and trusts the certificate through ``--gym-ca-file``; the token
-appears nowhere the run writes.
+The stand-in Gym (tests/helpers/standin.py: a head and an agent) serves https with a self-signed
+certificate made here and answers 401 to any request without ``Authorization: Bearer <token>``. The run
+reads the token from an environment variable (``--gym-header Authorization=VAR``) and trusts the
+certificate through ``--gym-ca-file``; the token appears nowhere the run writes.
 """
 
 from __future__ import annotations
@@ -13,12 +12,9 @@ import datetime
 import ipaddress
 import json
 import ssl
-import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from pytest_gym.core.access import gym_access
+from tests.helpers.standin import StandinGym, serving
 
 TOKEN = "Bearer tok-pytestgym-REMOTE-5d1e8b"
 TOKEN_VAR = "MY_TOKEN_VAR"
@@ -65,79 +62,14 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
-class RemoteGym(ThreadingHTTPServer):
-    """Gym's head and one agent behind TLS and a bearer-token check, in one threaded server."""
-
-    daemon_threads = True
-
-    def __init__(self, cert: Path, key: Path) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.socket = context.wrap_socket(self.socket, server_side=True)
-        self.url = f"https://127.0.0.1:{self.server_address[1]}"
-        self.seen: dict[str, int] = {}
-        self.refused = 0
-        self.lock = threading.Lock()
-
-    def answer(self, route: str) -> Any:
-        if route == "/server_instances":
-            return [{"process_name": AGENT, "server_type": "responses_api_agents", "name": "a", "url": self.url}]
-        if route == "/global_config_dict_yaml":
-            return f"{AGENT}:\n  responses_api_agents: {{}}\n"
-        if route == "/run":
-            return {"reward": 1.0, "response": {"usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}}}
-        if route == "/aggregate_metrics":
-            return {"agent_metrics": {"mean/reward": 1.0}, "key_metrics": {}, "group_level_metrics": []}
-        return {"status": "ok"}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: RemoteGym
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-    def _reply(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            self.rfile.read(length)
-        route = self.path.split("?", 1)[0]
-        if self.headers.get("Authorization") != TOKEN:
-            with self.server.lock:
-                self.server.refused += 1
-            status, payload = 401, {"detail": "Not authenticated"}
-        else:
-            with self.server.lock:
-                self.server.seen[route] = self.server.seen.get(route, 0) + 1
-            status, payload = 200, self.server.answer(route)
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        self._reply()
-
-    def do_POST(self) -> None:
-        self._reply()
-
-
 @pytest.fixture
-def remote(tmp_path: Path) -> Iterator[tuple[RemoteGym, Path]]:
+def remote(tmp_path: Path) -> Iterator[tuple[StandinGym, Path]]:
+    """Gym's head and one agent behind TLS and a bearer-token check."""
     cert, key = self_signed(tmp_path)
-    server = RemoteGym(cert, key)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with serving(AGENT, tls=context, require={"Authorization": TOKEN}) as server:
         yield server, cert
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -149,7 +81,7 @@ def dataset(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
-def run(pytester: pytest.Pytester, gym: RemoteGym, *args: str) -> pytest.RunResult:
+def run(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
     return pytester.runpytest_subprocess(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run",
         "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=300,
@@ -165,15 +97,15 @@ def token_nowhere(pytester: pytest.Pytester, result: pytest.RunResult) -> None:
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
 def test_https_gym_behind_auth_proxy(
-    pytester: pytest.Pytester, dataset: Path, remote: tuple[RemoteGym, Path], workers: list[str]
+    pytester: pytest.Pytester, dataset: Path, remote: tuple[StandinGym, Path], workers: list[str]
 ) -> None:
     gym, cert = remote
     result = run(pytester, gym, "--gym-header", f"Authorization={TOKEN_VAR}", "--gym-ca-file", str(cert), *workers)
     result.assert_outcomes(passed=4)
     assert gym.refused == 0
-    assert gym.seen["/run"] == 4
-    assert gym.seen["/server_instances"] >= 1
-    assert gym.seen["/aggregate_metrics"] == 1
+    assert gym.calls["/run"] == 4
+    assert gym.calls["/server_instances"] >= 1
+    assert gym.calls["/aggregate_metrics"] == 1
     rewards = [json.loads(line)["reward"] for line in (pytester.path / "run" / "rollouts.jsonl").open()]
     assert rewards == [1.0] * 4
     ET.parse(pytester.path / "report.xml")
@@ -182,7 +114,7 @@ def test_https_gym_behind_auth_proxy(
 
 @pytest.mark.parametrize("workers", [[], ["-n", "2"]], ids=["alone", "xdist"])
 def test_without_the_header_401_is_shown(
-    pytester: pytest.Pytester, dataset: Path, remote: tuple[RemoteGym, Path], workers: list[str]
+    pytester: pytest.Pytester, dataset: Path, remote: tuple[StandinGym, Path], workers: list[str]
 ) -> None:
     gym, cert = remote
     result = run(pytester, gym, "--gym-ca-file", str(cert), *workers)
@@ -190,12 +122,12 @@ def test_without_the_header_401_is_shown(
     out = result.stdout.str()
     assert "HTTP 401" in out, out[-3000:]
     assert "--gym-header NAME=ENVVAR" in out, out[-3000:]
-    assert "/run" not in gym.seen
+    assert "/run" not in gym.calls
     token_nowhere(pytester, result)
 
 
 def test_without_the_ca_a_tls_error_names_the_option(
-    pytester: pytest.Pytester, dataset: Path, remote: tuple[RemoteGym, Path]
+    pytester: pytest.Pytester, dataset: Path, remote: tuple[StandinGym, Path]
 ) -> None:
     gym, _ = remote
     result = run(pytester, gym, "--gym-header", f"Authorization={TOKEN_VAR}")
@@ -203,24 +135,24 @@ def test_without_the_ca_a_tls_error_names_the_option(
     out = result.stdout.str()
     assert "CERTIFICATE_VERIFY_FAILED" in out, out[-3000:]
     assert "--gym-ca-file PATH" in out, out[-3000:]
-    assert gym.seen == {}
+    assert gym.calls == {}
     token_nowhere(pytester, result)
 
 
 def test_missing_variable_is_a_usage_error(
-    pytester: pytest.Pytester, dataset: Path, remote: tuple[RemoteGym, Path]
+    pytester: pytest.Pytester, dataset: Path, remote: tuple[StandinGym, Path]
 ) -> None:
     gym, cert = remote
     result = run(pytester, gym, "--gym-header", "Authorization=NOT_SET_ANYWHERE", "--gym-ca-file", str(cert))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "environment variable NOT_SET_ANYWHERE is not set" in result.stderr.str()
-    assert gym.seen == {}
+    assert gym.calls == {}
     assert gym.refused == 0
 
 
 @pytest.mark.parametrize("where", ["cli", "ini"])
 def test_a_literal_value_is_refused_unquoted(
-    pytester: pytest.Pytester, dataset: Path, remote: tuple[RemoteGym, Path], where: str
+    pytester: pytest.Pytester, dataset: Path, remote: tuple[StandinGym, Path], where: str
 ) -> None:
     gym, _ = remote
     literal = "Authorization=Bearer lit-SECRET-93ac"
@@ -234,7 +166,7 @@ def test_a_literal_value_is_refused_unquoted(
     assert "holds a credential" in err, err
     assert "NAME=ENVVAR" in err, err
     assert "lit-SECRET" not in result.stdout.str() + err
-    assert gym.seen == {}
+    assert gym.calls == {}
     assert gym.refused == 0
 
 

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,6 +18,7 @@ from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.rollout.transport import build_request
 from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE, RunFolderWriter
 from pytest_gym.standins.policy import Script, responses_object
+from tests.helpers.standin import StandinGym, reply
 
 AGENT = "my_agent"
 CONFIG = (
@@ -29,66 +27,23 @@ CONFIG = (
 )
 
 
-class FakeGym:
-    """A Gym head (``/server_instances``, ``/global_config_dict_yaml``), its agent and resources server in one.
-
-    The verifier: reward 1.0 when the saved answer holds the row's expected letter. ``/run`` is counted and
-    refused: a re-score must never roll out (the model behind it would be called).
-    """
-
-    def __init__(self, mode: str = "stateless") -> None:
-        fake = self
-        self.mode = mode
-        self.verified = 0
-        self.runs = 0
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-            def answer(self, payload: Any, status: int = 200) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                if self.path == "/global_config_dict_yaml":
-                    self.answer(CONFIG)
-                elif self.path == "/server_instances":
-                    self.answer([
-                        {"process_name": "mcqa", "server_type": "resources_servers", "url": fake.url},
-                        {"process_name": AGENT, "server_type": "responses_api_agents", "url": fake.url},
-                    ])  # fmt: skip
-                else:
-                    self.answer(fake.mode)
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.path == "/run":
-                    fake.runs += 1
-                    self.answer({"detail": "no rollouts in a re-score"}, 400)
-                elif self.path == "/aggregate_metrics":
-                    self.answer({"agent_metrics": {"mean/reward": 0.5}, "key_metrics": {}})
-                else:
-                    fake.verified += 1
-                    text = body["response"]["output"][0]["content"][0]["text"]
-                    self.answer({**body, "reward": 1.0 if body["expected_answer"] in text else 0.0})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def standin_gym() -> StandinGym:
+    """The stand-in Gym as head, agent and resources server in one. The verifier: reward 1.0 when the saved
+    answer holds the row's expected letter. ``/run`` is refused (and counted): a re-score must never roll out
+    (the model behind it would be called)."""
+    gym = StandinGym(AGENT)
+    gym.config_yaml = CONFIG
+    gym.instances = lambda server: [
+        {"process_name": "mcqa", "server_type": "resources_servers", "url": server.url},
+        {"process_name": AGENT, "server_type": "responses_api_agents", "url": server.url},
+    ]
+    gym.routes["/run"] = lambda _: reply({"detail": "no rollouts in a re-score"}, 400)
+    return gym
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeGym]:
-    gym = FakeGym()
+def fake() -> Iterator[StandinGym]:
+    gym = standin_gym()
     yield gym
     gym.close()
 
@@ -123,14 +78,14 @@ def earlier_run(root: Path, answers: list[str], rewards: list[float], repeats: i
     return run_dir
 
 
-def rescore_args(fake: FakeGym, *args: str) -> tuple[str, ...]:
+def rescore_args(fake: StandinGym, *args: str) -> tuple[str, ...]:
     return ("--gym-url", fake.url, "--gym-dataset", "dataset.jsonl", "--gym-repeats", "2", "--gym-run-dir", "run",
             "--gym-rescore", "earlier", "-p", "no:cacheprovider", *args)  # fmt: skip
 
 
 @pytest.mark.parametrize("xdist", [False, True], ids=["serial", "n2"])
 def test_rescore_reports_the_new_verdicts_without_a_rollout(
-    pytester: pytest.Pytester, fake: FakeGym, xdist: bool
+    pytester: pytest.Pytester, fake: StandinGym, xdist: bool
 ) -> None:
     pytester.makeini("[pytest]\n")
     # Row 0's answer was judged right and is wrong now; row 1 the reverse; row 2 stays right.
@@ -138,8 +93,8 @@ def test_rescore_reports_the_new_verdicts_without_a_rollout(
     args = rescore_args(fake, "--junitxml", "junit.xml", "-rA", *(["-n", "2"] if xdist else []))
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=4, failed=2)
-    assert fake.runs == 0  # nothing was rolled out: the model behind Gym was never asked
-    assert fake.verified == 6  # each saved answer verified once (the controller does it, before the workers)
+    assert fake.calls.get("/run", 0) == 0  # nothing was rolled out: the model behind Gym was never asked
+    assert fake.calls["/verify"] == 6  # each saved answer verified once (the controller does it, before the workers)
     text = result.stdout.str()
     assert "rescore: re-verified 6 saved answers of" in text
     assert "4 rewards moved" in text
@@ -161,7 +116,9 @@ def test_rescore_reports_the_new_verdicts_without_a_rollout(
     assert len(re.findall(r'gym_rescored(=|" value=")True', junit)) == 6  # as a property, whatever junit_family
 
 
-def test_rescore_with_a_baseline_of_the_earlier_run_shows_what_moved(pytester: pytest.Pytester, fake: FakeGym) -> None:
+def test_rescore_with_a_baseline_of_the_earlier_run_shows_what_moved(
+    pytester: pytest.Pytester, fake: StandinGym
+) -> None:
     pytester.makeini("[pytest]\n")
     earlier_run(pytester.path, ["\\boxed{E}", "\\boxed{E}", "\\boxed{B}"], [1.0, 1.0, 1.0])
     # Row 2's saved answer is wrong under today's verifier: a first re-score writes the baseline, a second
@@ -208,22 +165,22 @@ def test_rescore_refuses_what_it_cannot_re_verify(
 
 
 def test_rescore_refuses_a_verifier_that_is_not_stateless_unless_forced(
-    pytester: pytest.Pytester, fake: FakeGym
+    pytester: pytest.Pytester, fake: StandinGym
 ) -> None:
     pytester.makeini("[pytest]\n")
     earlier_run(pytester.path, ["\\boxed{E}"] * 3, [1.0] * 3)
-    fake.mode = "unsupported"
+    fake.reverify_mode = "unsupported"
     refused = pytester.runpytest_subprocess(*rescore_args(fake))
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.re_match_lines([".*mcqa cannot be re-verified safely.*--gym-rescore-force.*"])
-    assert fake.verified == 0
+    assert fake.calls.get("/verify", 0) == 0
     forced = pytester.runpytest_subprocess(*rescore_args(fake, "--gym-rescore-force"), "--gym-run-dir", "run2")
     forced.assert_outcomes(passed=6)
-    assert fake.runs == 0
+    assert fake.calls.get("/run", 0) == 0
 
 
 def test_rescore_of_two_datasets_verifies_each_answer_against_its_own_row(
-    pytester: pytest.Pytester, fake: FakeGym
+    pytester: pytest.Pytester, fake: StandinGym
 ) -> None:
     """Two datasets in one run share their rows' positions (both 0..2): a rollout found by its indices would
     be verified against the other dataset's row. Each trial's own ``_ng_rollout_id`` pairs them."""
@@ -254,7 +211,7 @@ def test_rescore_of_two_datasets_verifies_each_answer_against_its_own_row(
         "--gym-run-dir", "run", "--gym-rescore", "earlier", "-p", "no:cacheprovider", "-rA",
     )  # fmt: skip
     result.assert_outcomes(passed=6, failed=6)  # every answer is E: right for a.jsonl's rows, wrong for b.jsonl's
-    assert fake.verified == 12
+    assert fake.calls["/verify"] == 12
     outcomes = {line.split()[1].split("::")[0] + line.split()[0] for line in result.stdout.lines
                 if line.startswith(("PASSED ", "FAILED "))}  # fmt: skip
     assert outcomes == {"a.jsonlPASSED", "b.jsonlFAILED"}

@@ -16,6 +16,7 @@ from pytest_gym.runfolder.runinfo import write_run_info
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.realgym import start_mode
 from tests.helpers.run_records import reused_rewards
+from tests.helpers.standin import RawServer
 
 #
 # The earlier run folder is written here as a finished run would leave it (run info with the same rollout
@@ -66,17 +67,17 @@ XDIST = pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdis
 
 @XDIST
 def test_all_reused_in_attach_mode_never_contacts_gym(
-    pytester: pytest.Pytester, dataset: Path, listener: tuple[str, list[int]], xdist: tuple[str, ...]
+    pytester: pytest.Pytester, dataset: Path, listener: RawServer, xdist: tuple[str, ...]
 ) -> None:
     if xdist:
         pytest.importorskip("xdist")
-    url, contacts = listener
+    url = listener.base_url
     rewards = finished_run(pytester.path / "run1", dataset, GymSettings(agent=AGENT), repeats=2)
     args = ("--gym-url", url, "--gym-agent", AGENT, "--gym-dataset", "example.jsonl", "--gym-repeats", "2", *PASS)
     result = pytester.runpytest(*args, "--gym-resume", "run1", "--gym-run-dir", "run2", *xdist)
     result.assert_outcomes(passed=10)
     result.stdout.fnmatch_lines(["note: resume: 10 finished trials available from */run1"])
-    assert contacts == [], "a run that reused every trial contacted Gym"
+    assert listener.connections == 0, "a run that reused every trial contacted Gym"
     assert reused_rewards(pytester, "run2") == rewards
 
 

@@ -1,8 +1,8 @@
 """The dispatcher and the xdist claim board, against a stand-in ``/run`` server (no Gym needed).
 
-The stand-in answers every POST with a reward after a configurable delay and
-counts calls and calls in flight, so the bounds (concurrency, lookahead) and
-the once-only guarantee (claims) can be checked exactly.
+The stand-in Gym (tests/helpers/standin.py) answers every ``/run`` with a reward after a configurable
+latency and logs the calls and counts those in flight, so the bounds (concurrency, lookahead) and the
+once-only guarantee (claims) can be checked exactly.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -29,68 +28,19 @@ from pytest_gym.rollout import dispatcher as dispatch
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, GlobalSlots, alive, worker_share
 from pytest_gym.rollout.dispatcher import Dispatcher
 from pytest_gym.xdist_hooks import worker_slot
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: FakeRun
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.enter(body)
-        try:
-            time.sleep(self.server.delay)
-        finally:
-            self.server.leave()
-        data = json.dumps({"reward": 1.0, "echo": body["_ng_task_index"], "response": {"usage": {}}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-class FakeRun(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.delay = 0.0
-        self.lock = threading.Lock()
-        self.calls: list[tuple[int, int]] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A cancelled rollout hangs up before its answer: expected here, not worth a traceback on stderr."""
-
-    def enter(self, body: dict[str, Any]) -> None:
-        with self.lock:
-            self.calls.append((body["_ng_task_index"], body["_ng_rollout_index"]))
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-
-    def leave(self) -> None:
-        with self.lock:
-            self.in_flight -= 1
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/run"
+from tests.helpers.standin import StandinGym, serving
 
 
 @pytest.fixture
-def fake() -> Iterator[FakeRun]:
-    server = FakeRun()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+def fake() -> Iterator[StandinGym]:
+    with serving("agent") as server:
+        yield server
+
+
+def runs(fake: StandinGym) -> list[tuple[int, int]]:
+    """The (task index, repeat) of each /run the stand-in got, in arrival order."""
+    bodies = [request.json() for request in list(fake.log) if request.route == "/run"]
+    return [(body["_ng_task_index"], body["_ng_rollout_index"]) for body in bodies]
 
 
 def make_specs(tmp_path: Path, rows: int, repeats: int = 1) -> list[TrialSpec]:
@@ -103,8 +53,8 @@ def make_specs(tmp_path: Path, rows: int, repeats: int = 1) -> list[TrialSpec]:
     ]
 
 
-def make_dispatcher(fake: FakeRun, concurrency: int, **kwargs: Any) -> Dispatcher:
-    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.url})
+def make_dispatcher(fake: StandinGym, concurrency: int, **kwargs: Any) -> Dispatcher:
+    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.base_url + "/run"})
     return Dispatcher(endpoint, concurrency=concurrency, trial_timeout=30, default_agent=None, **kwargs)
 
 
@@ -201,8 +151,8 @@ def test_a_claim_left_empty_by_a_dead_writer_expires(tmp_path: Path) -> None:
 # -- one process ---------------------------------------------------------------------------------
 
 
-def test_concurrency_bounds_rollouts_in_flight(fake: FakeRun, tmp_path: Path) -> None:
-    fake.delay = 0.1
+def test_concurrency_bounds_rollouts_in_flight(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 0.1
     specs = make_specs(tmp_path, 6, repeats=4)
     dispatcher = make_dispatcher(fake, concurrency=4)
     dispatcher.plan(specs)
@@ -214,44 +164,44 @@ def test_concurrency_bounds_rollouts_in_flight(fake: FakeRun, tmp_path: Path) ->
     elapsed = time.monotonic() - started
     assert [o.nodeid for o in outcomes] == [s.nodeid for s in specs]
     assert all(o.reward == 1.0 for o in outcomes)
-    assert sorted(fake.calls) == sorted((s.task_index, s.repeat) for s in specs)
+    assert sorted(runs(fake)) == sorted((s.task_index, s.repeat) for s in specs)
     assert fake.max_in_flight == 4
     assert 0.55 < elapsed < 2.0  # 24 trials, 4 at a time, 0.1 s each: 0.6 s
 
 
-def test_lookahead_bounds_prefetch(fake: FakeRun, tmp_path: Path) -> None:
+def test_lookahead_bounds_prefetch(fake: StandinGym, tmp_path: Path) -> None:
     specs = make_specs(tmp_path, 20)
     dispatcher = make_dispatcher(fake, concurrency=8, lookahead=5)
     dispatcher.plan(specs)
     try:
-        wait_for(lambda: len(fake.calls) >= 5)
+        wait_for(lambda: len(runs(fake)) >= 5)
         time.sleep(0.2)
-        assert len(fake.calls) == 5
+        assert len(runs(fake)) == 5
         dispatcher.result(specs[9])  # pytest jumped ahead: trial 9 runs now, the 5 after it are prefetched
-        wait_for(lambda: len(fake.calls) >= 11)
+        wait_for(lambda: len(runs(fake)) >= 11)
         time.sleep(0.2)
-        assert sorted(index for index, _ in fake.calls) == [0, 1, 2, 3, 4, 9, 10, 11, 12, 13, 14]
+        assert sorted(index for index, _ in runs(fake)) == [0, 1, 2, 3, 4, 9, 10, 11, 12, 13, 14]
     finally:
         dispatcher.close()
 
 
-def test_nothing_is_dispatched_without_a_plan_or_a_request(fake: FakeRun, tmp_path: Path) -> None:
+def test_nothing_is_dispatched_without_a_plan_or_a_request(fake: StandinGym, tmp_path: Path) -> None:
     specs = make_specs(tmp_path, 3)
     dispatcher = make_dispatcher(fake, concurrency=4)
     dispatcher.plan([])
     time.sleep(0.2)
-    assert fake.calls == []
+    assert runs(fake) == []
     assert dispatcher.result(specs[1]).reward == 1.0
     dispatcher.close()
-    assert fake.calls == [(1, 0)]
+    assert runs(fake) == [(1, 0)]
 
 
-def test_stop_cancels_in_flight_and_starts_nothing(fake: FakeRun, tmp_path: Path) -> None:
-    fake.delay = 5.0
+def test_stop_cancels_in_flight_and_starts_nothing(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 5.0
     specs = make_specs(tmp_path, 10)
     dispatcher = make_dispatcher(fake, concurrency=2)
     dispatcher.plan(specs)
-    wait_for(lambda: len(fake.calls) == 2)
+    wait_for(lambda: len(runs(fake)) == 2)
     started = time.monotonic()
     dispatcher.stop()
     assert time.monotonic() - started < 3
@@ -259,10 +209,10 @@ def test_stop_cancels_in_flight_and_starts_nothing(fake: FakeRun, tmp_path: Path
     with pytest.raises(concurrent.futures.CancelledError):
         dispatcher.result(specs[5])
     dispatcher.close()
-    assert len(fake.calls) == 2
+    assert len(runs(fake)) == 2
 
 
-def test_listener_records_each_trial_once_and_its_errors_do_not_hang(fake: FakeRun, tmp_path: Path) -> None:
+def test_listener_records_each_trial_once_and_its_errors_do_not_hang(fake: StandinGym, tmp_path: Path) -> None:
     specs = make_specs(tmp_path, 4)
     dispatcher = make_dispatcher(fake, concurrency=2)
     seen: list[str] = []
@@ -282,8 +232,8 @@ def test_listener_records_each_trial_once_and_its_errors_do_not_hang(fake: FakeR
 # -- workers sharing a claim board ----------------------------------------------------------
 
 
-def test_two_workers_run_every_trial_once(fake: FakeRun, tmp_path: Path) -> None:
-    fake.delay = 0.02
+def test_two_workers_run_every_trial_once(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 0.02
     specs = make_specs(tmp_path, 10, repeats=3)
     board_dir = tmp_path / "board"
     workers = [make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir))) for _ in range(2)]
@@ -304,7 +254,7 @@ def test_two_workers_run_every_trial_once(fake: FakeRun, tmp_path: Path) -> None
         thread.join(timeout=30)
     for dispatcher in workers:
         dispatcher.close()
-    assert len(fake.calls) == len(set(fake.calls)) == len(specs)
+    assert len(runs(fake)) == len(set(runs(fake))) == len(specs)
     assert fake.max_in_flight <= 4
     assert sorted(results) == sorted(s.nodeid for s in specs)
     assert all(outcome.reward == 1.0 for outcome in results.values())
@@ -325,9 +275,9 @@ def test_global_slots_are_shared_by_their_holders(tmp_path: Path) -> None:
     second.close()
 
 
-def test_more_workers_than_slots_stay_within_the_slots(fake: FakeRun, tmp_path: Path) -> None:
+def test_more_workers_than_slots_stay_within_the_slots(fake: StandinGym, tmp_path: Path) -> None:
     """Three workers, one rollout each at a time, two run-wide slots: never more than two in flight."""
-    fake.delay = 0.05
+    fake.latency_s = 0.05
     specs = make_specs(tmp_path, 12)
     board_dir = tmp_path / "board"
     workers = [
@@ -343,11 +293,11 @@ def test_more_workers_than_slots_stay_within_the_slots(fake: FakeRun, tmp_path: 
         thread.join(timeout=30)
     for dispatcher in workers:
         dispatcher.close()
-    assert len(fake.calls) == len(set(fake.calls)) == 12
+    assert len(runs(fake)) == len(set(runs(fake))) == 12
     assert fake.max_in_flight == 2
 
 
-def test_a_dead_workers_claim_is_taken_over(fake: FakeRun, tmp_path: Path) -> None:
+def test_a_dead_workers_claim_is_taken_over(fake: StandinGym, tmp_path: Path) -> None:
     specs = make_specs(tmp_path, 3)
     board_dir = tmp_path / "board"
     ClaimBoard(board_dir, pid=dead_pid()).claim(specs[1].nodeid)
@@ -358,17 +308,17 @@ def test_a_dead_workers_claim_is_taken_over(fake: FakeRun, tmp_path: Path) -> No
     finally:
         dispatcher.close()
     assert all(o.reward == 1.0 for o in outcomes)
-    assert sorted(fake.calls) == [(0, 0), (1, 0), (2, 0)]
+    assert sorted(runs(fake)) == [(0, 0), (1, 0), (2, 0)]
 
 
 def test_a_live_claimant_that_never_publishes_is_a_timeout_error(
-    fake: FakeRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fake: StandinGym, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(dispatch, "CLAIM_WAIT_MARGIN_S", 0.3)
     specs = make_specs(tmp_path, 1)
     board_dir = tmp_path / "board"
     ClaimBoard(board_dir, pid=os.getppid()).claim(specs[0].nodeid)
-    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.url})
+    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.base_url + "/run"})
     dispatcher = Dispatcher(
         endpoint, concurrency=1, trial_timeout=0.2, default_agent=None, claims=BoardClaims(ClaimBoard(board_dir))
     )
@@ -380,29 +330,29 @@ def test_a_live_claimant_that_never_publishes_is_a_timeout_error(
         dispatcher.close()
     assert outcome.error_class == "timeout"
     assert f"pid {os.getppid()}" in (outcome.error or "")
-    assert fake.calls == []
+    assert runs(fake) == []
 
 
-def test_a_worker_drains_what_it_claimed_at_close(fake: FakeRun, tmp_path: Path) -> None:
+def test_a_worker_drains_what_it_claimed_at_close(fake: StandinGym, tmp_path: Path) -> None:
     """A worker that finished its items still completes the rollouts another worker may wait for."""
-    fake.delay = 0.3
+    fake.latency_s = 0.3
     specs = make_specs(tmp_path, 4)
     board_dir = tmp_path / "board"
     dispatcher = make_dispatcher(fake, concurrency=4, claims=BoardClaims(ClaimBoard(board_dir)))
     dispatcher.plan(specs)
-    wait_for(lambda: len(fake.calls) == 4)
+    wait_for(lambda: len(runs(fake)) == 4)
     dispatcher.close()
     reader = ClaimBoard(board_dir)
     assert all(reader.read(spec.nodeid) is not None for spec in specs)
 
 
-def test_a_stopped_worker_gives_its_claims_back(fake: FakeRun, tmp_path: Path) -> None:
-    fake.delay = 5.0
+def test_a_stopped_worker_gives_its_claims_back(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 5.0
     specs = make_specs(tmp_path, 2)
     board_dir = tmp_path / "board"
     dispatcher = make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir)))
     dispatcher.plan(specs)
-    wait_for(lambda: len(fake.calls) == 2)
+    wait_for(lambda: len(runs(fake)) == 2)
     dispatcher.stop()
     dispatcher.close()
     reader = ClaimBoard(board_dir)
@@ -410,7 +360,7 @@ def test_a_stopped_worker_gives_its_claims_back(fake: FakeRun, tmp_path: Path) -
     assert [reader.read(s.nodeid) for s in specs] == [None, None]
 
 
-def test_the_switch_interval_is_lowered_while_dispatchers_run(fake: FakeRun, tmp_path: Path) -> None:
+def test_the_switch_interval_is_lowered_while_dispatchers_run(fake: StandinGym, tmp_path: Path) -> None:
     before = sys.getswitchinterval()
     first = make_dispatcher(fake, concurrency=1)
     second = make_dispatcher(fake, concurrency=1)
@@ -422,7 +372,7 @@ def test_the_switch_interval_is_lowered_while_dispatchers_run(fake: FakeRun, tmp
     assert sys.getswitchinterval() == before
 
 
-def test_close_shuts_the_event_loop_and_its_thread(fake: FakeRun, tmp_path: Path) -> None:
+def test_close_shuts_the_event_loop_and_its_thread(fake: StandinGym, tmp_path: Path) -> None:
     """An unclosed loop keeps its selector's descriptors (a ResourceWarning on Python 3.10)."""
     specs = make_specs(tmp_path, 3)
     dispatcher = make_dispatcher(fake, concurrency=2)

@@ -1,4 +1,5 @@
-"""The plugin's one HTTP/1.1 client (pool and ``fetch``), against raw socket servers that answer as scripted."""
+"""The plugin's one HTTP/1.1 client (pool and ``fetch``), against the stand-in's byte-level server answering as
+scripted."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,78 +23,9 @@ from pytest_gym.gym.startargs import free_port
 from pytest_gym.rollout.dispatcher import Dispatcher
 from pytest_gym.rollout.http import BodyTooLarge, FetchError, HTTPPool, ProtocolError, fetch
 from pytest_gym.rollout.retry import MAX_RETRY_AFTER_S, retry_after_s, retry_delay_s
+from tests.helpers.standin import RawServer, response
 
 Answer = Callable[[bytes], bytes]
-
-
-def response(body: bytes, status: str = "200 OK", headers: str = "") -> bytes:
-    return f"HTTP/1.1 {status}\r\nContent-Length: {len(body)}\r\n{headers}\r\n".encode() + body
-
-
-class RawServer:
-    """Reads one request at a time per connection and writes whatever ``answer(request)`` returns."""
-
-    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
-        self.answer: Answer = lambda request: response(b'{"reward": 1.0}')
-        self.close_after = False
-        self.connections = 0
-        self.requests: list[bytes] = []
-        self.times: list[float] = []
-        self.tls = tls
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        scheme = "https" if tls else "http"
-        self.url = f"{scheme}://127.0.0.1:{self.sock.getsockname()[1]}/run"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn: socket.socket) -> None:
-        if self.tls is not None:
-            try:
-                conn = self.tls.wrap_socket(conn, server_side=True)
-            except (OSError, ssl.SSLError):
-                conn.close()
-                return
-        with conn:
-            buffer = b""
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buffer += data
-                head, _, rest = buffer.partition(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
-                while len(rest) < length:
-                    rest += conn.recv(65536)
-                request, buffer = head + b"\r\n\r\n" + rest[:length], rest[length:]
-                self.requests.append(request)
-                self.times.append(time.monotonic())
-                try:
-                    conn.sendall(self.answer(request))
-                except OSError:
-                    return
-                if self.close_after:
-                    return
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture

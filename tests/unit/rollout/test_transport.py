@@ -1,15 +1,14 @@
-"""Telling a result from a fault in Gym's answer to /run, over real HTTP to a local server."""
+"""Telling a result from a fault in Gym's answer to /run, over real HTTP to the stand-in Gym."""
 
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from pytest_gym.rollout.transport import MAX_BODY_BYTES, TrialFault, parse_answer, post_rollout_once
+from tests.helpers.standin import Answer, StandinGym, serving
 
 URL = "http://gym/run"
 
@@ -50,49 +49,24 @@ def test_error_bodies_never_echo_the_policy_key(monkeypatch: pytest.MonkeyPatch)
     assert "sk-marker-123456" not in excinfo.value.message
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    size = 0
-
-    def log_message(self, *args: object) -> None:
-        """Quiet."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        chunk = b" " * (1024 * 1024)
-        self.send_response(200)
-        self.send_header("Content-Length", str(self.size))
-        self.end_headers()
-        sent = 0
-        try:
-            while sent < self.size:
-                part = chunk[: self.size - sent]
-                self.wfile.write(part)
-                sent += len(part)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-
 @pytest.fixture
-def server() -> Iterator[tuple[str, type[_Handler]]]:
-    handler = type("Handler", (_Handler,), {})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/run", handler
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+def server() -> Iterator[StandinGym]:
+    with serving() as gym:
+        yield gym
+
+
+def answer_of_size(server: StandinGym, size: int) -> str:
+    """/run answers ``size`` spaces (streamed); the URL to post to."""
+    server.routes["/run"] = lambda _: Answer(length=size)
+    return server.base_url + "/run"
 
 
 def _post(url: str, timeout: float = 10.0) -> tuple[dict[str, object], float, float]:
     return post_rollout_once(url, {"responses_create_params": {}}, timeout, "reward")
 
 
-def test_a_50_mb_answer_is_refused_without_reading_it_all(server: tuple[str, type[_Handler]]) -> None:
-    url, handler = server
-    handler.size = 50 * 1024 * 1024
+def test_a_50_mb_answer_is_refused_without_reading_it_all(server: StandinGym) -> None:
+    url = answer_of_size(server, 50 * 1024 * 1024)
     with pytest.raises(TrialFault) as excinfo:
         _post(url)
     assert excinfo.value.error_class == "bad_body"
@@ -108,9 +82,8 @@ def test_connection_refused_is_a_connection_fault() -> None:
     assert "cannot reach" in excinfo.value.message
 
 
-def test_body_must_be_json_object_even_if_small(server: tuple[str, type[_Handler]]) -> None:
-    url, handler = server
-    handler.size = 10
+def test_body_must_be_json_object_even_if_small(server: StandinGym) -> None:
+    url = answer_of_size(server, 10)
     with pytest.raises(TrialFault) as excinfo:
         _post(url)
     assert excinfo.value.error_class == "bad_body"
