@@ -1,10 +1,4 @@
-"""Fixtures for pytest-gym's own tests: one real Gym deployment for the whole test session.
-
-Gym runs with the mcqa resources server and the built-in scripted policy (the
-only stand-in: Gym itself is real). Tests attach to it with ``--gym-url`` and
-steer the policy through its ``/_script`` route. Without Gym the Gym tests skip
-locally and fail under CI, where they must run.
-"""
+"""Fixtures for all of pytest-gym's own tests (the real-Gym ones: tests/gym/conftest.py; helpers: tests/helpers/)."""
 
 from __future__ import annotations
 
@@ -21,11 +15,8 @@ import pytest
 # (tests/session/test_suite_files.py run alone). Imported here, yaml is in pytester's snapshot and kept.
 import yaml  # noqa: F401
 
-from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import start_deployment, stop_started
 from tests.helpers.browser import CHROMEDRIVER, CHROMIUM, need_browser
 from tests.helpers.paths import EXAMPLE
-from tests.helpers.realgym import RealGym, need_gym
 from tests.helpers.standin import RawServer
 
 
@@ -36,37 +27,6 @@ def example(pytester: pytest.Pytester) -> Path:
     shutil.copy(EXAMPLE, path)
     pytester.makeini("[pytest]\n")
     return path
-
-
-@pytest.fixture(scope="session")
-def gym_cli() -> str:
-    return need_gym()
-
-
-@pytest.fixture(scope="session")
-def real_gym(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGym]:
-    settings = GymSettings(
-        resources_server="mcqa",
-        policy="scripted",
-        policy_answer="\\boxed{E}",
-        cli=gym_cli,
-        server_venv="auto",
-        shutdown_grace=20,
-    )
-    run_dir = tmp_path_factory.mktemp("shared-gym")
-    endpoint, started = start_deployment(settings, run_dir)
-    try:
-        yield RealGym(endpoint, gym_cli, run_dir)
-    finally:
-        stop_started(started, settings.shutdown_grace)
-
-
-@pytest.fixture
-def gym(real_gym: RealGym) -> Iterator[RealGym]:
-    """The shared Gym with its policy reset to answer \\boxed{E} (2 of the 5 example rows right)."""
-    real_gym.reset()
-    yield real_gym
-    real_gym.reset()
 
 
 @pytest.fixture

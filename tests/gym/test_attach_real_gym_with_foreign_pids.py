@@ -35,7 +35,6 @@ def pid_proxy(target: str) -> StandinGym:
     return proxy
 
 
-@pytest.mark.gym
 def test_attaching_to_a_real_gym_whose_pids_are_not_ours(
     pytester: pytest.Pytester, example: Path, gym: RealGym
 ) -> None:

@@ -11,8 +11,6 @@ import pytest
 
 from tests.helpers.paths import GYMROOT
 
-pytestmark = pytest.mark.gym
-
 
 def _args(gym_cli: str, *args: str) -> tuple[str, ...]:
     return (

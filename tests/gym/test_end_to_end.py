@@ -12,8 +12,6 @@ from pytest_gym.core.dataset import task_hash
 from tests.helpers.paths import EXAMPLE, EXAMPLE_ANSWERS
 from tests.helpers.realgym import RealGym, attach, start_mode
 
-pytestmark = pytest.mark.gym
-
 HASHES = [task_hash(json.loads(line))[:12] for line in EXAMPLE.read_text().splitlines() if line.strip()]
 
 

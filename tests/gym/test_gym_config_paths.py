@@ -20,7 +20,6 @@ def _gym_site(gym_cli: str) -> Path:
     return site
 
 
-@pytest.mark.gym
 def test_gyms_own_relative_config_starts_and_runs_trials(pytester: pytest.Pytester, gym_cli: str) -> None:
     # equivalence_rule's example rows name their agent; "exact" grading: the last two rows expect "6".
     site = _gym_site(gym_cli)
@@ -40,7 +39,6 @@ def test_gyms_own_relative_config_starts_and_runs_trials(pytester: pytest.Pytest
     assert "lc_equivalence_rule_simple_agent" in {s["process_name"] for s in state["endpoint"]["servers"]}
 
 
-@pytest.mark.gym
 def test_a_real_start_failure_quotes_gyms_cause(pytester: pytest.Pytester, gym_cli: str) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makepyfile(test_up=HOLD.replace("['fake_agent']", "[]"))

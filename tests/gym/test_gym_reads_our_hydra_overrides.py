@@ -8,8 +8,6 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.startargs import flatten_hydra, gym_command, hydra_item, hydra_quote
 from tests.helpers.realgym import need_gym
@@ -29,7 +27,6 @@ print(json.dumps(values))
 """
 
 
-@pytest.mark.gym
 def test_gyms_own_hydra_parser_reads_the_overrides_back(tmp_path: Path) -> None:
     gym_python = Path(need_gym()).parent / "python"
     model = 'org/model,v2 "it\'s" ${oc.env:HOME} \\ end\\'
@@ -55,7 +52,6 @@ def test_gyms_own_hydra_parser_reads_the_overrides_back(tmp_path: Path) -> None:
     }
 
 
-@pytest.mark.gym
 def test_hydra_mapping_is_read_back_by_gyms_own_parser(tmp_path: Path) -> None:
     gym_python = Path(need_gym()).parent / "python"
 

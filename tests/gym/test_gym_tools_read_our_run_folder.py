@@ -156,7 +156,6 @@ print(json.dumps(projected) == json.dumps(record))
 """
 
 
-@pytest.mark.gym
 def test_the_trajectory_we_test_with_is_what_gyms_collector_writes(tmp_path: Path) -> None:
     cli = gym_cli()
     answer = read_jsonl(mcqa_data(cli) / "example_rollouts.jsonl")[0]
@@ -175,7 +174,6 @@ def test_the_trajectory_we_test_with_is_what_gyms_collector_writes(tmp_path: Pat
     assert result.stdout.strip().splitlines()[-1] == "True"
 
 
-@pytest.mark.gym
 def test_gym_exports_our_rollouts_as_atif(tmp_path: Path) -> None:
     cli = gym_cli()
     answer = read_jsonl(mcqa_data(cli) / "example_rollouts.jsonl")[0]
@@ -199,7 +197,6 @@ def test_gym_exports_our_rollouts_as_atif(tmp_path: Path) -> None:
     assert "\\boxed{H}" in json.dumps(trajectory["steps"][-1])
 
 
-@pytest.mark.gym
 def test_gym_export_rejects_a_rollout_without_trajectory_only_for_that(tmp_path: Path) -> None:
     """Gym's strict ATIF export needs ``ng_trajectory``, which /run answers carry only with observability on.
 
@@ -222,7 +219,6 @@ def test_gym_export_rejects_a_rollout_without_trajectory_only_for_that(tmp_path:
     assert "line 1: ng_trajectory: missing or invalid v1.0 trajectory" in output
 
 
-@pytest.mark.gym
 def test_gyms_profile_and_health_check_read_our_run_folder(tmp_path: Path) -> None:
     cli = gym_cli()
     outcomes = mcqa_outcomes(mcqa_data(cli))

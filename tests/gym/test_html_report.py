@@ -15,8 +15,6 @@ from tests.helpers.browser import artifacts_dir, click, console_errors, page_dat
 from tests.helpers.paths import EXAMPLE_ANSWERS
 from tests.helpers.realgym import RealGym, attach
 
-pytestmark = pytest.mark.gym
-
 
 def _page_data(path: Path) -> dict[str, object]:
     text = path.read_text(encoding="utf-8")
@@ -54,7 +52,6 @@ def test_python_m_pytest_gym_report_rebuilds_the_page_from_a_run_folder(
     assert (pytester.path / "again.html").stat().st_size > 10_000
 
 
-@pytest.mark.gym
 @pytest.mark.browser
 def test_real_gym_report_in_a_browser(browser: Any, pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
     """A run with failures, flaky tasks, errors and a baseline, against the real Gym, read in Chromium.

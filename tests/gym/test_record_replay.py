@@ -32,8 +32,6 @@ from pytest_gym.standins.launch import start_policy, start_recorder
 from pytest_gym.standins.policy import Script, responses_object
 from tests.helpers.paths import EXAMPLE
 
-pytestmark = pytest.mark.gym
-
 AGENT = "mcqa_simple_agent"
 ROWS = [json.loads(line) for line in EXAMPLE.read_text().splitlines() if line.strip()]  # expect B, C, I, E, E
 #: The policy answers these in turn, so repeats of a row differ (and so can their rewards).

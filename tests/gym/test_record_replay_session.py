@@ -15,8 +15,6 @@ from pytest_gym.core.dataset import task_hash
 from tests.gym.test_end_to_end import outcomes_by_test
 from tests.helpers.realgym import RealGym
 
-pytestmark = pytest.mark.gym
-
 MODEL = "pytest-gym-scripted"
 
 

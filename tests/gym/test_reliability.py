@@ -18,8 +18,6 @@ from pytest_gym.process.groups import group_alive
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.realgym import RealGym, attach, start_mode
 
-pytestmark = pytest.mark.gym
-
 
 def attempts(pytester: pytest.Pytester) -> list[int]:
     (run_dir,) = (pytester.path / ".pytest_gym" / "runs").iterdir()

@@ -21,8 +21,6 @@ from pytest_gym.standins.cassette import iter_recordings
 from pytest_gym.standins.launch import start_policy
 from tests.helpers.realgym import RealGym, attach, start_mode
 
-pytestmark = pytest.mark.gym
-
 #: mcqa's grading mode that reads "Answer: X" (the default, strict_single_letter_boxed, wants \\boxed{X}).
 LENIENT = "++mcqa.resources_servers.mcqa.grading_mode=lenient_answer_colon"
 

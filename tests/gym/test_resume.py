@@ -18,7 +18,6 @@ AGENT = "mcqa_simple_agent"
 XDIST = pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
 
 
-@pytest.mark.gym
 @XDIST
 def test_the_resume_note_reaches_the_summary_and_its_json(
     pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
@@ -38,7 +37,6 @@ def test_the_resume_note_reaches_the_summary_and_its_json(
     assert [note for note in notes if note.startswith("resume:")] == shown
 
 
-@pytest.mark.gym
 @XDIST
 def test_resuming_a_finished_run_contacts_no_gym(
     pytester: pytest.Pytester,

@@ -16,7 +16,6 @@ import pytest
 
 from tests.helpers.realgym import start_mode
 
-pytestmark = pytest.mark.gym
 MARKER = "sk-pytestgym-MARKER-7f3a9c"
 #: In ``api_key=...`` text: masked by its key's name, not by its value.
 UNNAMED = "unnamed-cred-5d1e8b"

@@ -9,7 +9,6 @@ import pytest
 
 from tests.helpers.realgym import start_mode
 
-pytestmark = pytest.mark.gym
 MARKER = "sk-pytestgym-MARKER-7f3a9c"
 
 

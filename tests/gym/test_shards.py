@@ -24,8 +24,6 @@ from pytest_gym.runfolder.rollouts import AGGREGATE_FILE, ROLLOUTS_FILE
 from tests.helpers.paths import EXAMPLE, ROOT
 from tests.helpers.realgym import RealGym
 
-pytestmark = pytest.mark.gym
-
 XSD = ROOT / "tests" / "data" / "junit-10.xsd"
 SUITE = "evals/mcqa.jsonl"
 GATES = ("mean_reward >= 0.9", "pass@2 >= 0.1")  # the first fails (the policy answers E: 0.4), the second passes

@@ -23,7 +23,6 @@ def suite(pytester: pytest.Pytester) -> Path:
     return path
 
 
-@pytest.mark.gym
 @pytest.mark.parametrize("xdist", [(), ("-n", "2")])
 def test_suite_file_gates_judge_the_run(
     pytester: pytest.Pytester, suite: Path, gym: RealGym, xdist: tuple[str, ...]

@@ -18,8 +18,6 @@ from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.jsonl import read_jsonl
 from tests.helpers.realgym import start_mode
 
-pytestmark = pytest.mark.gym
-
 TOOL_SCRIPT = {"tool_name": "get_weather", "tool_arguments": '{"city": "sf"}'}
 
 

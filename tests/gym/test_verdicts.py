@@ -15,7 +15,6 @@ from pytest_gym.report.junit import read_suite_properties, read_trial_properties
 from tests.helpers.paths import EXAMPLE, JUNIT_XSD
 from tests.helpers.realgym import RealGym, attach
 
-pytestmark = pytest.mark.gym
 XSD = JUNIT_XSD
 
 

@@ -22,8 +22,6 @@ from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.realgym import RealGym, attach
 
-pytestmark = pytest.mark.gym
-
 HASHES = [task_hash(json.loads(line))[:12] for line in EXAMPLE.read_text().splitlines() if line.strip()]
 MODES = [(), ("-n", "0"), ("-n", "2"), ("-p", "no:xdist")]
 MODE_IDS = ["plain", "n0", "n2", "no-xdist"]
