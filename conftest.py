@@ -63,12 +63,14 @@ def listener() -> Iterator[RawServer]:
 
 
 @pytest.fixture(autouse=True)
-def _inner_runs_in_file_order(request: pytest.FixtureRequest) -> None:
-    """Runs made with pytester keep pytest's order even where pytest-randomly is installed (it loads in them too).
+def _inner_pytest_runs(request: pytest.FixtureRequest) -> None:
+    """Runs made with pytester keep pytest's order, and load no Hypothesis, where those plugins are installed.
 
     The outer run may be shuffled (that finds tests that lean on each other); the inner runs are a user's
-    runs whose output the tests read line by line. pytester clears PYTEST_ADDOPTS, so set it after it.
+    runs whose output the tests read line by line. Hypothesis's plugin (the outer run's fuzz tests use it)
+    costs each inner pytest process about 1 s of CPU at start-up, and there are hundreds of them (each
+    subprocess run, each of its xdist workers). pytester clears PYTEST_ADDOPTS, so set it after it.
     """
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
-        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", "-p no:randomly")
+        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", "-p no:randomly -p no:hypothesispytest")

@@ -19,7 +19,8 @@ done
 echo "test order: ${ORDER[*]:-as in the files}"
 
 # Test processes: the real-Gym tests are mostly Gym starting (CPU), so more workers than cores gain nothing.
-WORKERS=(-n "${TEST_WORKERS:-2}")
+# worksteal: a worker that runs out of tests takes some from the other (a few real-Gym tests take minutes).
+WORKERS=(-n "${TEST_WORKERS:-2}" --dist worksteal)
 for arg in "$@"; do
   [[ $arg == *no:xdist* ]] && WORKERS=()
 done
@@ -48,4 +49,4 @@ GYM_CLI=$(bash scripts/setup-dev.sh | tail -n 1)
 export PYTEST_GYM_CLI="$GYM_CLI"
 .venvs/dev/bin/ruff check pytest_gym tests conftest.py benchmarks
 .venvs/dev/bin/mypy
-exec scripts/netns-run .venvs/dev/bin/pytest -p no:cacheprovider -q -ra "${WORKERS[@]}" "${ORDER[@]}" "$@"
+exec scripts/netns-run .venvs/dev/bin/pytest -p no:cacheprovider -q -ra --durations=15 "${WORKERS[@]}" "${ORDER[@]}" "$@"

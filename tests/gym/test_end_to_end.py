@@ -6,22 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from junitparser import JUnitXml
 
 from pytest_gym.core.dataset import task_hash
+from tests.helpers.junit import outcomes_by_test
 from tests.helpers.paths import EXAMPLE, EXAMPLE_ANSWERS
 from tests.helpers.realgym import RealGym, attach, start_mode
 
 HASHES = [task_hash(json.loads(line))[:12] for line in EXAMPLE.read_text().splitlines() if line.strip()]
-
-
-def outcomes_by_test(xml_path: Path) -> dict[str, str]:
-    result = {}
-    for suite in JUnitXml.fromfile(str(xml_path)):
-        for case in suite:
-            kinds = {type(r).__name__ for r in case.result}
-            result[case.name] = "error" if "Error" in kinds else "failure" if "Failure" in kinds else "passed"
-    return result
 
 
 @pytest.mark.parametrize("xdist", [(), ("-n", "0"), ("-n", "2"), ("-p", "no:xdist")])
@@ -129,6 +120,7 @@ def test_gym_server_fixture_runs_hand_written_rows(pytester: pytest.Pytester, ex
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.usefixtures("own_ray")
 def test_start_mode_runs_real_gym_and_stops_it(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
     args = start_mode(gym_cli, "--gym-shutdown-grace", "20")
     result = pytester.runpytest_subprocess(*args, "-n", "2")

@@ -17,6 +17,7 @@ from tests.helpers.processes import HOLD_TEST, MARK, kill_all, marked, wait_gone
 from tests.helpers.realgym import start_mode
 
 
+@pytest.mark.usefixtures("own_ray")
 def test_no_real_gym_process_outlives_a_killed_pytest(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
     pytester.makepyfile(test_hold=HOLD_TEST)
     token = uuid.uuid4().hex

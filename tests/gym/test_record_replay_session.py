@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gym.core.dataset import task_hash
-from tests.gym.test_end_to_end import outcomes_by_test
+from tests.helpers.junit import outcomes_by_test
 from tests.helpers.realgym import RealGym
 
 MODEL = "pytest-gym-scripted"
