@@ -92,6 +92,3 @@ def test_auto_reads_the_ci_variables(environ: dict[str, str], expected: str) -> 
 def test_bad_shards_explain_themselves(text: str, environ: dict[str, str], message: str) -> None:
     with pytest.raises(ShardError, match=re.escape(message)):
         parse_shard(text, environ)
-
-
-# -- collection ------------------------------------------------------------------------------------------
