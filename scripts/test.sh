@@ -36,7 +36,7 @@ run_on() {
   "$uv" pip install -q --python "$venv/bin/python" --upgrade -e '.[test]' "$@" >&2
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra -m "not gym" "${WORKERS[@]}" "${ORDER[@]}"
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym" "${WORKERS[@]}" "${ORDER[@]}"
 }
 
 # The main run below is the newest setup (Python 3.13, the newest pytest); this is the oldest one.
