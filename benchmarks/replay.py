@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.process.groups import stop_supervised
-from pytest_gym.standins.cassette import CASSETTE_FILE
+from pytest_gym.runfolder.layout import CASSETTE_FILE
 from pytest_gym.standins.launch import start_policy, start_recorder
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 
 def _report(args: argparse.Namespace) -> int:
-    from pytest_gym.report.html import REPORT_FILE, build_report
+    from pytest_gym.report.html import build_report
+    from pytest_gym.runfolder.layout import REPORT_FILE
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():

@@ -22,10 +22,10 @@ from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
+from pytest_gym.current import current_session
 from pytest_gym.judge.messages import failure_message, fault_message
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
-from pytest_gym.xdist_hooks import SESSION_PLUGIN
 
 
 class GymDuplicateRowWarning(pytest.PytestWarning):
@@ -82,7 +82,7 @@ def check_reward(
 def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
     """Judge one trial's reward (the rollout already ran in setup)."""
     spec: TrialSpec = request.node.spec
-    session = request.config.pluginmanager.get_plugin(SESSION_PLUGIN)
+    session = current_session(request.config)
     record = None
     if session is not None:  # where Gym's tools (and a reader) find the whole trial
         record = (
@@ -254,15 +254,16 @@ class GymSuiteFile(GymDatasetFile):
         settings, suite = suite_settings(
             self.path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
         )
-        session: Any = config.pluginmanager.get_plugin(SESSION_PLUGIN)
+        session = current_session(config)
+        assert session is not None  # the suite file was collected through it
         hydra = suite_hydra(self.path, suite)
-        if hydra and session is not None:
-            session.add_start(hydra=hydra, where=str(self.path))
+        if hydra:
+            session.suites.add_start(hydra=hydra, where=str(self.path))
         if suite.benchmark:
             data = suite.benchmark_data
             if data and not Path(data).is_absolute():
                 data = str(self.path.parent / data)
-            dataset = session.benchmark_dataset(suite.benchmark, settings, data, str(self.path))
+            dataset = session.suites.benchmark_dataset(suite.benchmark, settings, data, str(self.path))
             self.configure(settings, dataset)
         else:
             assert suite.dataset is not None

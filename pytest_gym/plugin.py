@@ -14,7 +14,8 @@ import pytest
 
 from pytest_gym import hookspecs
 from pytest_gym.core.options import SPECS, is_suite_file
-from pytest_gym.xdist_hooks import SESSION_PLUGIN, XdistHooks
+from pytest_gym.current import SESSION_PLUGIN
+from pytest_gym.xdist_hooks import XdistHooks
 
 if TYPE_CHECKING:
     from pytest_gym.collect import GymDatasetFile

@@ -17,43 +17,18 @@ import contextlib
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pytest
 
 from pytest_gym.core.outcome import TrialSpec, is_trial, is_trial_nodeid
+from pytest_gym.current import SessionView, current_session
 from pytest_gym.runfolder.location import new_run_dir
 
 #: workerinput key carrying the run folder to xdist workers.
 WORKER_RUN_DIR = "pytest_gym_run_dir"
 #: workeroutput key carrying a worker's notes back to the controller.
 WORKER_OUTPUT = "pytest_gym"
-#: The name the session object is registered under.
-SESSION_PLUGIN = "pytest-gym-session"
-
-
-class _Progress(Protocol):
-    total: int | None
-
-
-class Session(Protocol):
-    """What these hooks use of ``pytest_gym.session.GymSession`` (which imports this module, not the reverse)."""
-
-    early_aggregate: bool
-
-    @property
-    def run_dir(self) -> Path: ...
-    @property
-    def progress(self) -> _Progress: ...
-
-    def plan(self, session: pytest.Session) -> list[TrialSpec]: ...
-    def open_gym(self, session: pytest.Session) -> object: ...
-    def add_worker_notes(self, notes: Sequence[object]) -> None: ...
-    def worker_payload(self) -> dict[str, Any]: ...
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None: ...
-
-    @property
-    def resume(self) -> bool: ...
 
 
 def worker_slot(workerinput: dict[str, Any] | None) -> tuple[int, int] | None:
@@ -113,17 +88,16 @@ def worker_queue(session: pytest.Session, planned: Sequence[TrialSpec]) -> Calla
 
 
 class XdistHooks:
-    def __init__(self, config: pytest.Config, install: Callable[[Path], Session]) -> None:
+    def __init__(self, config: pytest.Config, install: Callable[[Path], SessionView]) -> None:
         self.config = config
         self._install = install
         self._counted = False
         self._reserved: Path | None = None
 
-    def _session(self) -> Session | None:
-        session: Session | None = self.config.pluginmanager.get_plugin(SESSION_PLUGIN)
-        return session
+    def _session(self) -> SessionView | None:
+        return current_session(self.config)
 
-    def _controller_session(self) -> Session:
+    def _controller_session(self) -> SessionView:
         """The controller's session, started now if the command line did not show pytest-gym in use."""
         return self._session() or self._install(self._reserved_run_dir())
 

@@ -26,7 +26,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_gym.core.masking import known_secrets, mask_mapping, mask_secrets
-from pytest_gym.runfolder.summary import SUMMARY_FILE
+from pytest_gym.judge.summary import SuiteSummary, SummaryError, parse_summary
+from pytest_gym.runfolder.layout import SUMMARY_FILE
 
 ENTRY_POINT_GROUP = "pytest_gym.exporters"
 _ENV_KEY = "pytest_gym_env"
@@ -63,6 +64,15 @@ class ExportRun:
     settings: dict[str, Any]
     artifacts: list[Path] = field(default_factory=list)
     exit_status: int = 0
+
+    @property
+    def suites(self) -> dict[str, SuiteSummary]:
+        """The summary's suites, typed (``pytest_gym.judge.summary``); none when the summary is not one
+        pytest-gym wrote. The built-in exporters read these; ``summary`` is the same as JSON."""
+        try:
+            return parse_summary(self.summary).suites
+        except SummaryError:
+            return {}
 
     @classmethod
     def from_run_dir(

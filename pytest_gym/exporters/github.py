@@ -8,6 +8,7 @@ from typing import Any
 
 from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.exporters.api import Exporter, ExportResult, ExportRun, mask_text
+from pytest_gym.judge.summary import FlakyTask, SuiteSummary, TotalsSummary
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 
@@ -25,19 +26,15 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _pass_at(metrics: dict[str, Any]) -> str:
-    pass_at = metrics.get("pass_at") or {}
-    ks = sorted(int(k) for k in pass_at)
-    shown = [k for k in ks if k in (1, ks[-1])] if ks else []
-    return ", ".join(f"pass@{k} {_num(pass_at[str(k)])}" for k in shown) or "n/a"
+def _pass_at(m: SuiteSummary) -> str:
+    ks = m.pass_at_k()
+    shown = [(k, v) for k, v in ks if k in (1, ks[-1][0])]
+    return ", ".join(f"pass@{k} {_num(v)}" for k, v in shown) or "n/a"
 
 
-def _gates(metrics: dict[str, Any]) -> str:
-    gates = metrics.get("gates") or {}
+def _gates(m: SuiteSummary) -> str:
     return (
-        "<br>".join(
-            f"{'✅' if g.get('passed') else '❌'} `{label}` ({_num(g.get('value'))})" for label, g in gates.items()
-        )
+        "<br>".join(f"{'✅' if g.passed else '❌'} `{label}` ({_num(g.value)})" for label, g in m.gates.items())
         or "none"
     )
 
@@ -46,19 +43,18 @@ def _int(value: Any) -> str:
     return str(value) if is_int(value) else "n/a"
 
 
-def _totals_row(suite: str, totals: dict[str, Any]) -> str:
-    tokens = " / ".join(_int(totals.get(k)) for k in ("input_tokens", "output_tokens", "total_tokens"))
-    latency = " / ".join(_num(totals.get(f"latency_{q}_s")) for q in ("p50", "p90", "p99", "max"))
-    cost = totals.get("cost")
-    shown_cost = f"{cost:.4g}" if is_number(cost) else "n/a"
-    return f"| {_cell(suite)} | {tokens} | {latency} | {_int(totals.get('retries'))} | {shown_cost} |"
+def _totals_row(suite: str, totals: TotalsSummary) -> str:
+    tokens = " / ".join(_int(v) for v in (totals.input_tokens, totals.output_tokens, totals.total_tokens))
+    latency = " / ".join(
+        _num(v) for v in (totals.latency_p50_s, totals.latency_p90_s, totals.latency_p99_s, totals.latency_max_s)
+    )
+    shown_cost = f"{totals.cost:.4g}" if totals.cost is not None else "n/a"
+    return f"| {_cell(suite)} | {tokens} | {latency} | {_int(totals.retries)} | {shown_cost} |"
 
 
-def _flaky(task: Any) -> str:
-    if not isinstance(task, dict):
-        return _cell(str(task))
-    line = f" (line {task['line']})" if task.get("line") is not None else ""
-    return f"`{_cell(str(task.get('hash')))}`{line} {task.get('successes')}/{task.get('repeats')}"
+def _flaky(task: FlakyTask) -> str:
+    line = f" (line {task.line})" if task.line is not None else ""
+    return f"`{_cell(task.hash)}`{line} {task.successes}/{task.repeats}"
 
 
 def markdown(run: ExportRun) -> str:
@@ -74,34 +70,32 @@ def markdown(run: ExportRun) -> str:
     ]
     notes = []
     totals_rows = []
-    for suite, m in (run.summary.get("suites") or {}).items():
-        trials = (m.get("trials") or 0) + (m.get("errors") or 0)  # like the terminal summary: errored trials count
-        ci = f" ({_num(m.get('ci_low'))}..{_num(m.get('ci_high'))})" if m.get("ci_low") is not None else ""
+    suites = run.suites
+    for suite, m in suites.items():
+        ci = f" ({_num(m.ci_low)}..{_num(m.ci_high)})" if m.ci_low is not None else ""
         lines.append(
-            f"| {_cell(suite)} | {m.get('tasks', 'n/a')} | {trials} | {m.get('errors', 'n/a')} "
-            f"| {_num(m.get('mean_reward'))}{ci} | {_pass_at(m)} | {_cell(_gates(m))} |"
+            f"| {_cell(suite)} | {m.tasks} | {m.all_trials} | {m.errors} "
+            f"| {_num(m.mean_reward)}{ci} | {_pass_at(m)} | {_cell(_gates(m))} |"
         )
-        totals = m.get("totals")
-        if isinstance(totals, dict):
-            totals_rows.append(_totals_row(suite, totals))
-        flaky = m.get("flaky_tasks") or []
+        if m.totals is not None:
+            totals_rows.append(_totals_row(suite, m.totals))
+        flaky = m.flaky_tasks
         if flaky:
             shown = ", ".join(_flaky(t) for t in flaky[:10]) + (
                 f" and {len(flaky) - 10} more" if len(flaky) > 10 else ""
             )
             notes.append(f"- `{suite}`: {len(flaky)} flaky tasks (passed/trials): {shown}")
-        baseline = m.get("baseline")
-        if isinstance(baseline, dict):
-            regressed = " **regression**" if baseline.get("regressed") else ""
-            p_drop = baseline.get("p_drop")
-            p_text = f" (one-sided p = {p_drop:.3g})" if isinstance(p_drop, (int, float)) else ""
+        baseline = m.baseline
+        if baseline is not None:
+            regressed = " **regression**" if baseline.regressed else ""
+            p_text = f" (one-sided p = {baseline.p_drop:.3g})" if baseline.p_drop is not None else ""
             notes.append(
-                f"- `{suite}` against the baseline: mean reward delta {_num(baseline.get('mean_delta'))}{p_text} over "
-                f"{baseline.get('shared_tasks', 'n/a')} shared tasks, "
-                f"{len(baseline.get('new_failures') or [])} new failures, "
-                f"{len(baseline.get('fixed') or [])} fixed{regressed}"
+                f"- `{suite}` against the baseline: mean reward delta {_num(baseline.mean_delta)}{p_text} over "
+                f"{baseline.shared_tasks} shared tasks, "
+                f"{len(baseline.new_failures)} new failures, "
+                f"{len(baseline.fixed)} fixed{regressed}"
             )
-    if not run.summary.get("suites"):
+    if not suites:
         lines.append("| (no Gym trials ran) | | | | | | |")
     if totals_rows:
         lines += [

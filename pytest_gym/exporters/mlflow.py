@@ -31,6 +31,7 @@ from pytest_gym.exporters.api import (
     masked_artifact,
     plugin_version,
 )
+from pytest_gym.judge.summary import SuiteSummary
 
 RUN_ID_TAG = "pytest_gym.run_id"
 INSTALL_HINT = "mlflow is not installed: pip install pytest-gym[mlflow]"
@@ -105,7 +106,7 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def metrics_of(suites: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+def metrics_of(suites: Mapping[str, SuiteSummary]) -> dict[str, float]:
     """Suite metrics as ``<suite>/<metric>``: pass@k becomes ``pass_at_k`` and each gate 1 (passed) or 0;
     totals as ``<suite>/totals/<key>``, the baseline comparison as ``<suite>/baseline/<key>``."""
     out: dict[str, float] = {}
@@ -117,28 +118,26 @@ def metrics_of(suites: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
 
     for suite, m in suites.items():
         for key in ("mean_reward", "ci_low", "ci_high", "error_rate", "tasks", "errors"):
-            put(suite, key, m.get(key))
-        put(suite, "trials", (m.get("trials") or 0) + (m.get("errors") or 0))  # like the terminal summary
-        for k, value in (m.get("pass_at") or {}).items():
+            put(suite, key, getattr(m, key))
+        put(suite, "trials", m.all_trials)  # like the terminal summary
+        for k, value in m.pass_at.items():
             put(suite, f"pass_at_{k}", value)
-        for k, value in (m.get("pass_hat") or {}).items():
+        for k, value in m.pass_hat.items():
             put(suite, f"pass_hat_{k}", value)
-        for label, gate in (m.get("gates") or {}).items():
-            put(suite, f"gate/{label}", bool(gate.get("passed")))
-            put(suite, f"gate/{label}/value", gate.get("value"))
-        put(suite, "flaky_rate", m.get("flaky_rate"))
-        put(suite, "flaky", len(m.get("flaky_tasks") or []))
-        totals = m.get("totals")
-        if isinstance(totals, Mapping):
+        for label, gate in m.gates.items():
+            put(suite, f"gate/{label}", gate.passed)
+            put(suite, f"gate/{label}/value", gate.value)
+        put(suite, "flaky_rate", m.flaky_rate)
+        put(suite, "flaky", len(m.flaky_tasks))
+        if m.totals is not None:
             for key in _TOTALS:
-                put(suite, f"totals/{key}", totals.get(key))
-        baseline = m.get("baseline")
-        if isinstance(baseline, Mapping):
-            put(suite, "baseline/mean_delta", baseline.get("mean_delta"))
-            put(suite, "baseline/p_drop", baseline.get("p_drop"))
-            put(suite, "baseline/regressed", bool(baseline.get("regressed")))
-            put(suite, "baseline/new_failures", len(baseline.get("new_failures") or []))
-            put(suite, "baseline/fixed", len(baseline.get("fixed") or []))
+                put(suite, f"totals/{key}", getattr(m.totals, key))
+        if m.baseline is not None:
+            put(suite, "baseline/mean_delta", m.baseline.mean_delta)
+            put(suite, "baseline/p_drop", m.baseline.p_drop)
+            put(suite, "baseline/regressed", m.baseline.regressed)
+            put(suite, "baseline/new_failures", len(m.baseline.new_failures))
+            put(suite, "baseline/fixed", len(m.baseline.fixed))
     return out
 
 
@@ -202,7 +201,7 @@ class MlflowExporter(Exporter):
         try:
             now = int(time.time() * 1000)
             params = [Param(k, v) for k, v in params_of(run.settings, max_param).items()]
-            metrics = [Metric(k, v, now, 0) for k, v in metrics_of(run.summary.get("suites") or {}).items()]
+            metrics = [Metric(k, v, now, 0) for k, v in metrics_of(run.suites).items()]
             for i in range(0, len(params), 100):
                 client.log_batch(run_id, params=params[i : i + 100])
             for i in range(0, len(metrics), 1000):

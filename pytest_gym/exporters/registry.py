@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -243,3 +243,14 @@ class BuiltinExports:
 
     def pytest_gym_export(self, run: ExportRun) -> list[tuple[str, ExportResult]]:
         return run_exports(self.exporters, run)
+
+
+def export_run(hook: Callable[..., list[Any]], run: ExportRun, config: object) -> list[tuple[str, ExportResult]]:
+    """Call every exporter through the ``pytest_gym_export`` hook; (name, result) of each."""
+    results: list[tuple[str, ExportResult]] = []
+    for returned in hook(run=run, config=config):
+        if isinstance(returned, ExportResult):
+            results.append(("export", returned))
+        elif isinstance(returned, list):
+            results.extend((str(name), result) for name, result in returned if isinstance(result, ExportResult))
+    return results

@@ -23,9 +23,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import gym_environment
 from pytest_gym.gym.startargs import find_gym_cli, gym_roots
 from pytest_gym.process.groups import first_error, log_tail, spawn_supervised, stop_supervised, supervisor_popen
-
-PREPARE_LOG = "gym_prepare.log"
-LOCK_FILE = ".benchmarks.lock"
+from pytest_gym.runfolder.layout import BENCHMARKS_LOCK, PREPARE_LOG
 
 
 @dataclass(frozen=True)
@@ -108,11 +106,11 @@ def _benchmark_dataset(config: dict[str, Any]) -> tuple[str | None, dict[str, An
 def _locked(run_dir: Path, timeout: float) -> Iterator[None]:
     """The run's benchmark lock: one process prepares, the others (xdist workers) wait for it, bounded."""
     try:
-        with locked(run_dir / LOCK_FILE, timeout):
+        with locked(run_dir / BENCHMARKS_LOCK, timeout):
             yield
     except LockTimeout:
         raise GymError(
-            f"another process of this run held {run_dir / LOCK_FILE} (preparing a benchmark) for "
+            f"another process of this run held {run_dir / BENCHMARKS_LOCK} (preparing a benchmark) for "
             f"{timeout:g} s; raise --gym-startup-timeout, or pass --gym-benchmark-data PATH"
         ) from None
 

@@ -34,16 +34,8 @@ from pytest_gym.process.groups import (
     stop_supervised,
     supervisor_popen,
 )
+from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK, GYM_LOG, STATE_FILE
 from pytest_gym.standins.launch import start_model_recorder, start_policy
-
-STATE_FILE = "deployment.json"
-
-
-LOCK_FILE = ".deployment.lock"
-
-
-GYM_LOG = "gym_env.log"
-
 
 ENV_YAML = f"policy_api_key: ${{oc.env:{POLICY_KEY_ENV},pytest-gym-no-key}}\n"
 
@@ -229,7 +221,7 @@ def acquire(
     if settings.url:
         endpoint = discover(settings.url, access=access)
         return endpoint
-    with locked(run_dir / LOCK_FILE):
+    with locked(run_dir / DEPLOYMENT_LOCK):
         state = read_state(run_dir)
         if state is not None:
             if state.get("error"):
@@ -248,7 +240,7 @@ def release(settings: GymSettings, run_dir: Path) -> list[str]:
     """Stop what this run started (called once, by the process that owns the run)."""
     if settings.url:
         return []
-    with locked(run_dir / LOCK_FILE):
+    with locked(run_dir / DEPLOYMENT_LOCK):
         state = read_state(run_dir)
         if not state or "started" not in state:
             return []

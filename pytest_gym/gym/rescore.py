@@ -23,29 +23,24 @@ from typing import Any
 from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
-from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_secrets
-from pytest_gym.core.numbers import is_finite_number, is_int, is_number
+from pytest_gym.core.masking import clean_text, mask_secrets
+from pytest_gym.core.numbers import is_finite_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.judge.paired import Rule, task_passes
 from pytest_gym.rollout.http import FetchError, fetch
-from pytest_gym.runfolder.rollouts import (
+from pytest_gym.runfolder.layout import MATERIALIZED_FILE, RESCORE_INFO_FILE, RESCORED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.records import (
     AGENT_REF_KEY,
-    MATERIALIZED_FILE,
-    ROLLOUT_ID_KEY,
-    ROLLOUT_INDEX_KEY,
-    ROLLOUTS_FILE,
-    TASK_INDEX_KEY,
+    RESCORE_ERROR_KEY,
+    gym_answer,
+    read_records,
+    rescored_line,
+    reward_of,
+    stamps,
     trial_key,
 )
 
 RESOURCES_TYPE = "resources_servers"
-RESCORED_FILE = "rescored.jsonl"
-#: In a ``rescored.jsonl`` line: why that rollout has no new reward.
-ERROR_KEY = "_pytest_gym_rescore_error"
-TASK_HASH_KEY = "_pytest_gym_task_hash"
-#: This run's re-score in brief (source, what moved, or the error that stopped it): every xdist worker reads it.
-RESCORE_INFO_FILE = "rescore.json"
 #: Keys of a rollout that the verifier needs besides the request (Gym's reverify copies the same two).
 _VERIFIER_INPUTS = ("deliverables_dir", "reference_ids")
 
@@ -155,8 +150,8 @@ def rescore(
     server, or a server cannot be re-verified safely (unless ``force``).
     """
     run_dir = Path(run_dir)
-    rollouts = read_jsonl(run_dir / ROLLOUTS_FILE)
-    inputs = {trial_key(r): r for r in read_jsonl(run_dir / MATERIALIZED_FILE)}
+    rollouts = read_records(run_dir / ROLLOUTS_FILE)
+    inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
     if not rollouts:
         raise GymError(f"nothing to re-score: {run_dir / ROLLOUTS_FILE} holds no rollouts")
     latest: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -198,25 +193,18 @@ def rescore(
 
     def one(item: tuple[tuple[Any, ...], dict[str, Any], str]) -> tuple[Rescored, dict[str, Any]]:
         key, record, server = item
-        task, repeat = record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY)
-        old = record.get(reward_key)
-        task_hash = record.get(TASK_HASH_KEY)
+        found = stamps(record)
         result = Rescored(
-            task_index=int(task or 0),
-            rollout_index=int(repeat or 0),
-            nodeid=record.get("_pytest_gym_nodeid"),
-            task_hash=task_hash if isinstance(task_hash, str) else None,
-            old_reward=float(old) if is_number(old) else None,
+            task_index=found.task_index or 0,
+            rollout_index=found.repeat or 0,
+            nodeid=found.nodeid,
+            task_hash=found.task_hash,
+            old_reward=reward_of(record, reward_key),
         )
         verify(result, inputs[key], record, f"{urls[server]}/verify")
-        line = {TASK_INDEX_KEY: task, ROLLOUT_INDEX_KEY: repeat, **(result.answer or {})}
-        if isinstance(record.get(ROLLOUT_ID_KEY), str):
-            line[ROLLOUT_ID_KEY] = record[ROLLOUT_ID_KEY]  # load_rescored pairs the line with its request by it
-        line["_pytest_gym_old_reward"] = result.old_reward
-        line["_pytest_gym_nodeid"] = result.nodeid
-        line[TASK_HASH_KEY] = result.task_hash
+        line = rescored_line(record, result.answer, result.old_reward)
         if result.error is not None:
-            line[ERROR_KEY] = result.error
+            line[RESCORE_ERROR_KEY] = result.error
         return result, line
 
     def verify(result: Rescored, request: dict[str, Any], record: dict[str, Any], url: str) -> None:
@@ -279,12 +267,12 @@ class RescoredTrials:
                 rescored=True,
             )
         request = self.requests.get(trial_key(line))
-        if line.get(ERROR_KEY):
-            error = clean_text(f"rescore: {line[ERROR_KEY]}")
+        if line.get(RESCORE_ERROR_KEY):
+            error = clean_text(f"rescore: {line[RESCORE_ERROR_KEY]}")
             return TrialOutcome.for_spec(spec, error=error, error_class="rescore", request=request, rescored=True)
-        answer = {k: v for k, v in line.items() if not k.startswith("_pytest_gym_")}
-        reward = answer.get(spec.reward_key)
-        if not is_finite_number(reward):
+        answer = gym_answer(line)
+        reward = reward_of(answer, spec.reward_key)
+        if reward is None:
             return TrialOutcome.for_spec(
                 spec,
                 error=f"rescore: the verifier's answer has no finite {spec.reward_key!r}",
@@ -293,7 +281,7 @@ class RescoredTrials:
                 rescored=True,
             )
         return TrialOutcome.for_spec(
-            spec, reward=float(reward), answer=answer, request=request, tokens=token_usage(answer), rescored=True
+            spec, reward=reward, answer=answer, request=request, tokens=token_usage(answer), rescored=True
         )
 
 
@@ -307,15 +295,15 @@ def load_rescored(run_dir: Path, source: Path) -> RescoredTrials:
     if isinstance(info, dict) and info.get("error"):
         trials.error = clean_text(str(info["error"]))
         return trials
-    for line in read_jsonl(run_dir / RESCORED_FILE):
-        task_hash, repeat = line.get(TASK_HASH_KEY), line.get(ROLLOUT_INDEX_KEY)
-        if not is_int(repeat) or json_depth_exceeds(line):
+    for line in read_records(run_dir / RESCORED_FILE):
+        found = stamps(line)
+        if found.repeat is None:
             continue
-        if isinstance(task_hash, str):
-            trials.lines[(task_hash, repeat)] = line
+        if found.key is not None:
+            trials.lines[found.key] = line
         else:  # a folder Gym's own collector wrote: its rows are known by position only
-            trials.by_index[(line.get(TASK_INDEX_KEY), repeat)] = line
-    for request in read_jsonl(source / MATERIALIZED_FILE):
+            trials.by_index[(found.task_index, found.repeat)] = line
+    for request in read_records(source / MATERIALIZED_FILE):
         trials.requests[trial_key(request)] = request
     return trials
 
@@ -323,10 +311,10 @@ def load_rescored(run_dir: Path, source: Path) -> RescoredTrials:
 def _record_order(item: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[int, int, str]:
     """Rollouts in dataset order (the indices may be missing or of any type in a hand-edited folder)."""
     key, record = item
-    task, repeat = record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY)
+    found = stamps(record)
     return (
-        task if is_int(task) else -1,
-        repeat if is_int(repeat) else -1,
+        found.task_index if found.task_index is not None else -1,
+        found.repeat if found.repeat is not None else -1,
         str(key),
     )
 

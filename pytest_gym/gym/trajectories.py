@@ -26,20 +26,19 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
-from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import Masker, clean_text
-from pytest_gym.runfolder.rollouts import (
-    MATERIALIZED_FILE,
+from pytest_gym.runfolder.layout import CAPTURE_DIR, MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.records import (
     ROLLOUT_INDEX_KEY,
-    ROLLOUTS_FILE,
     TASK_INDEX_KEY,
     EnvironmentServer,
-    encode_record,
+    read_records,
+    stamp_server,
+    stamps,
     trial_key,
 )
+from pytest_gym.runfolder.rollouts import encode_record
 
-#: The capture folder inside the run folder (Gym needs it absolute).
-CAPTURE_DIR = "model_calls"
 #: Keys a finalized record carries; a record that has them is left alone (reused by --gym-resume).
 FINALIZED_KEY = "ng_model_call_capture"
 _TIMEOUT_S = 600.0
@@ -139,19 +138,20 @@ class Finalizer:
             self.start()
         assert self.proc is not None
         path = run_dir / ROLLOUTS_FILE
-        records = read_jsonl(path)
-        inputs = {trial_key(r): r for r in read_jsonl(run_dir / MATERIALIZED_FILE)}
+        records = read_records(path)
+        inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
         todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record]
         lines = []
         for n in todo:
             record = records[n]
-            stamp(record, servers)
+            agent = stamps(record).agent
+            stamp_server(record, servers.get(agent) if agent else None)
             row = inputs.get(trial_key(record)) or {
                 TASK_INDEX_KEY: record.get(TASK_INDEX_KEY),
                 ROLLOUT_INDEX_KEY: record.get(ROLLOUT_INDEX_KEY),
             }
-            latency = record.get("_pytest_gym_latency_s")
-            latency_ms = round(latency * 1000, 3) if isinstance(latency, (int, float)) else None
+            latency = stamps(record).latency_s
+            latency_ms = round(latency * 1000, 3) if latency is not None else None
             lines.append(json.dumps({"n": n, "row": row, "result": record, "latency_ms": latency_ms}) + "\n")
         started = time.monotonic()
         try:
@@ -184,15 +184,3 @@ class Finalizer:
             proc.kill()  # its own session: only the helper itself
         with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
             proc.communicate(timeout=10)
-
-
-def stamp(record: dict[str, Any], servers: Mapping[str, EnvironmentServer]) -> None:
-    """Gym's environment server stamps on a record written without them."""
-    ref = record.get("agent_ref")
-    agent = ref.get("name") if isinstance(ref, dict) else None
-    server = servers.get(agent) if isinstance(agent, str) else None
-    if server is None:
-        return
-    record.setdefault("_ng_environment_server", server.name)
-    if server.type is not None:
-        record.setdefault("_ng_result_type", server.type)

@@ -28,6 +28,7 @@ from pytest_gym.judge.baseline import (
 )
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, evaluate, parse_gate
 from pytest_gym.judge.stats import SuiteStats, suite_stats
+from pytest_gym.judge.summary import BaselineSummary, FlakyTask, GateSummary, SuiteSummary, TaskRef, TotalsSummary
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
 
 
@@ -99,40 +100,59 @@ class SuiteVerdict:
         ]
 
     def metrics(self) -> dict[str, Any]:
-        data = self.stats.to_dict(per_task=False)
-        gates: dict[str, Any] = {}
-        for g in self.gates:
-            entry: dict[str, Any] = {"value": g.value, "passed": g.passed, "reason": g.reason}
-            if g.undecided:
-                entry.update(undecided=True, tasks_needed=g.tasks_needed)
-            gates[g.gate.label] = entry
-        data["gates"] = gates
-        data["flaky_tasks"] = self.flaky_tasks()
-        if self.totals is not None:
-            data["totals"] = self.totals.to_dict()
-        if self.comparison is not None:
-            c = self.comparison
-            data["baseline"] = {
-                "file": self.baseline_path,
-                "mean_delta": c.paired.mean_delta,
-                "ci_low": c.paired.ci_low,
-                "ci_high": c.paired.ci_high,
-                "p_drop": c.paired.p_drop,
-                "method": c.paired.method,
-                "significant_drop": c.significant_drop,
-                "shared_tasks": c.paired.n_shared,
-                "new_failures": c.new_failures,
-                "fixed": c.fixed,
-                "new_failure_tasks": c.named(c.new_failures),
-                "fixed_tasks": c.named(c.fixed),
-                "unused": c.unused,
-                "new_tasks": c.new_tasks,
-                "regressed": c.regressed,
-                "settings_mismatch": c.settings_mismatch,
-            }
-        if self.baseline_note:
-            data["baseline_note"] = self.baseline_note
-        return data
+        """The summary's JSON form (what the summary file holds for this suite)."""
+        return self.summary().to_json()
+
+    def summary(self) -> SuiteSummary:
+        """The suite's numbers as every reader gets them (the summary file, terminal, JUnit, report, exporters)."""
+        s = self.stats
+        gates = {
+            g.gate.label: GateSummary(
+                value=g.value, passed=g.passed, reason=g.reason, undecided=g.undecided, tasks_needed=g.tasks_needed
+            )
+            for g in self.gates
+        }
+        summary = SuiteSummary(
+            tasks=s.tasks,
+            trials=s.trials,
+            errors=s.errors,
+            error_rate=s.error_rate,
+            mean_reward=s.mean_reward,
+            ci_low=s.ci_low,
+            ci_high=s.ci_high,
+            ci_note=s.ci_note,
+            min_reward=s.min_reward,
+            task_pass=next((ts.rule for ts in s.per_task.values()), "all"),
+            pass_at={str(k): v for k, v in s.pass_at.items()},
+            pass_hat={str(k): v for k, v in s.pass_hat.items()},
+            flaky_rate=s.flaky_rate,
+            gates=gates,
+            flaky_tasks=[FlakyTask(**task) for task in self.flaky_tasks()],
+            totals=TotalsSummary(**self.totals.to_dict()) if self.totals is not None else None,
+            baseline_note=self.baseline_note,
+            narrowed=self.narrowed,
+        )
+        c = self.comparison
+        if c is not None:
+            summary.baseline = BaselineSummary(
+                file=self.baseline_path,
+                mean_delta=c.paired.mean_delta,
+                ci_low=c.paired.ci_low,
+                ci_high=c.paired.ci_high,
+                p_drop=c.paired.p_drop,
+                method=c.paired.method,
+                significant_drop=c.significant_drop,
+                shared_tasks=c.paired.n_shared,
+                new_failures=list(c.new_failures),
+                fixed=list(c.fixed),
+                new_failure_tasks=[TaskRef(**t) for t in c.named(c.new_failures)],
+                fixed_tasks=[TaskRef(**t) for t in c.named(c.fixed)],
+                unused=list(c.unused),
+                new_tasks=list(c.new_tasks),
+                regressed=c.regressed,
+                settings_mismatch=list(c.settings_mismatch),
+            )
+        return summary
 
 
 SuiteSettings = Callable[[str], tuple[GymSettings, list[Gate]]]

@@ -218,8 +218,8 @@ def pass_curves(pass_at: dict[str, Any], pass_hat: dict[str, Any]) -> str:
     return _svg(WIDTH, HEIGHT, body, "pass@k and pass^k against k", extra=' data-chart="passk"')
 
 
-def latency_histogram(latencies: Sequence[float]) -> str:
-    """How long trials took (seconds), with the median and the 95th percentile marked."""
+def latency_histogram(latencies: Sequence[float], markers: dict[str, float | None] | None = None) -> str:
+    """How long trials took (seconds), with the summary's percentiles (``markers``: label -> seconds) marked."""
     values = sorted(v for v in latencies if v is not None and v >= 0)
     if not values or values[-1] <= 0:
         return ""
@@ -237,11 +237,14 @@ def latency_histogram(latencies: Sequence[float]) -> str:
             f'height="{_n(frame.bottom - y)}"><title>{count} trial{"s" if count != 1 else ""}: '
             f"{lo:.3g}\u2013{hi:.3g} s</title></rect>"
         )
-    p50 = values[min(len(values) - 1, max(0, math.ceil(0.5 * len(values)) - 1))]
-    p95 = values[min(len(values) - 1, max(0, math.ceil(0.95 * len(values)) - 1))]
-    body.append(frame.vline(p50, "marker", f"p50 {p50:.3g}s"))
-    if p95 > p50 and frame.px(p95) - frame.px(p50) > 50:
-        body.append(frame.vline(p95, "marker", f"p95 {p95:.3g}s"))
+    last_px: float | None = None
+    for label, value in (markers or {}).items():
+        if value is None or value < 0:
+            continue
+        if last_px is not None and frame.px(value) - last_px <= 50:
+            continue  # too close to the marker before it to be read
+        body.append(frame.vline(value, "marker", f"{label} {value:.3g}s"))
+        last_px = frame.px(value)
     return _svg(WIDTH, HEIGHT, body, "Distribution of trial latency", extra=' data-chart="latency"')
 
 
@@ -385,7 +388,8 @@ def suite_charts(suite: dict[str, Any], tasks: Sequence[dict[str, Any]], offset:
         "rewards": reward_histogram(tasks, suite["min_reward"]),
         "passk": pass_curves(numbers.get("pass_at") or {}, numbers.get("pass_hat") or {}),
         "latency": latency_histogram(
-            [tr["latency"] for t in tasks for tr in t["trials"] if tr.get("latency") is not None]
+            [tr["latency"] for t in tasks for tr in t["trials"] if tr.get("latency") is not None],
+            {q: (suite.get("totals") or {}).get(f"latency_{q}_s") for q in ("p50", "p90", "p99")},
         ),
         "grid": trial_grid(tasks, offset, uid),
     }

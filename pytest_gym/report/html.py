@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import re
+import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -41,29 +42,38 @@ from typing import Any, TypeAlias
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
-from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.core.masking import MASK, SECRET_NAME, known_secrets, mask_secrets
+from pytest_gym.core.masking import Masker
 from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
-from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats
-from pytest_gym.runfolder.rollouts import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE
-from pytest_gym.runfolder.summary import SUMMARY_FILE
+from pytest_gym.judge.paired import Rule
+from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats, task_stats
+from pytest_gym.judge.suites import SuiteVerdict
+from pytest_gym.judge.summary import BaselineSummary, SuiteSummary, SummaryError
+from pytest_gym.judge.totals import TrialCost, suite_totals
+from pytest_gym.runfolder.layout import (
+    AGGREGATE_FILE,
+    FAILURES_FILE,
+    MATERIALIZED_FILE,
+    REPORT_FILE,
+    ROLLOUTS_FILE,
+    RUN_INFO_FILE,
+    SUMMARY_FILE,
+)
+from pytest_gym.runfolder.records import (
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+    Failure,
+    failure_of,
+    finite,
+    read_records,
+    stamps,
+)
+from pytest_gym.runfolder.summary import read_summary
 
-REPORT_FILE = "report.html"
 #: Version of the embedded data's shape (the page's script reads it).
 SCHEMA = 1
-#: Key stamped on every record by RunFolderWriter: the trial's latency in seconds.
-LATENCY_KEY = "_pytest_gym_latency_s"
 
-#: Summary keys drawn in their own places; any other key is listed as it is.
-_KNOWN_SUITE_KEYS = frozenset(
-    {
-        "tasks", "trials", "errors", "error_rate", "mean_reward", "ci_low", "ci_high", "min_reward",
-        "pass_at", "pass_hat", "gates", "baseline", "baseline_note", "flaky", "flaky_tasks",
-    }
-)  # fmt: skip
 #: Answer keys that are not "fields" of the answer (the trial's own data shown elsewhere, or Gym's plumbing).
 _NOT_FIELDS = frozenset(
     {
@@ -91,42 +101,17 @@ def _bounded(chars: float, bounds: tuple[int, int]) -> int:
 
 
 class _Masker:
-    """``mask_secrets`` on every string and ``mask_mapping``'s rule on every key, with the secrets looked up once.
-
-    Calling ``mask_mapping`` on every record scans the environment per string (seconds for a big run); this
-    calls ``mask_secrets`` only on strings that hold a known secret or a bearer token, which is where it
-    changes anything, so the result is the same.
-    """
+    """The run's masking (``core.masking.Masker``, secrets looked up once) for the page: non-finite numbers become
+    null, since the page's JSON is strict."""
 
     def __init__(self) -> None:
-        self._secrets = known_secrets()
+        self._masker = Masker()
 
     def text(self, value: str) -> str:
-        if "Bearer" in value or any(secret in value for secret in self._secrets):
-            return mask_secrets(value)
-        return value
+        return self._masker.text(value)
 
     def data(self, value: Any) -> Any:
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, Mapping):
-            return {
-                self.text(str(key)): (
-                    MASK
-                    if isinstance(key, str) and SECRET_NAME.search(key) and value[key] not in (None, "")
-                    else self.data(value[key])
-                )
-                for key in value
-            }
-        if isinstance(value, (list, tuple)):
-            return [self.data(item) for item in value]
-        return _finite(value)
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+        return finite(self._masker.data(value))
 
 
 def _number(value: Any) -> float | None:
@@ -145,7 +130,7 @@ def _clip(text: str, limit: int) -> str:
 def _short_json(value: Any, limit: int = _FIELD_CHARS) -> Any:
     """A field's value for display: scalars as they are, anything else as compact JSON, clipped."""
     if value is None or isinstance(value, (bool, int, float)):
-        return _finite(value)
+        return finite(value)
     if isinstance(value, str):
         return _clip(value, limit)
     return _clip(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str), limit)
@@ -252,7 +237,7 @@ def _tokens(answer: Mapping[str, Any]) -> list[int] | None:
 
 
 def _row_of_request(request: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in request.items() if k not in ("_ng_task_index", "_ng_rollout_index")}
+    return {k: v for k, v in request.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
 
 
 def _request_hashes(request: Mapping[str, Any]) -> list[str]:
@@ -287,16 +272,11 @@ class _Task:
 
 
 def _suite_and_key(record: Mapping[str, Any]) -> tuple[str, str]:
-    nodeid = record.get("_pytest_gym_nodeid")
-    task_hash = record.get("_pytest_gym_task_hash")
-    if isinstance(nodeid, str) and "::" in nodeid:
-        suite = nodeid.split("::", 1)[0]
-    else:
-        ref = record.get("agent_ref")
-        suite = str(ref.get("name")) if isinstance(ref, Mapping) and ref.get("name") else "rollouts"
-    if isinstance(task_hash, str) and task_hash:
-        return suite, task_hash
-    return suite, f"index-{record.get('_ng_task_index')}"
+    found = stamps(record)
+    suite = found.suite or found.agent or "rollouts"
+    if found.task_hash:
+        return suite, found.task_hash
+    return suite, f"index-{found.task_index}"
 
 
 def _interesting(task: _Task, min_reward: float, reward_key: str) -> bool:
@@ -312,19 +292,17 @@ def _collect(run_dir: Path, mask: _Masker) -> dict[tuple[str, str], _Task]:
     tasks: dict[tuple[str, str], _Task] = {}
     # Failures first: a trial with both (it cannot happen, but a folder may be assembled by hand) shows its reward.
     for name, ok in ((FAILURES_FILE, False), (ROLLOUTS_FILE, True)):
-        for record in read_jsonl(run_dir / name):
+        for record in read_records(run_dir / name):
             suite, key = _suite_and_key(record)
             suite = mask.text(suite)
             task = tasks.get((suite, key))
             if task is None:
                 task = tasks[(suite, key)] = _Task(suite, key)
-            index = record.get("_ng_task_index")
-            if is_int(index):
-                task.index = index
-            repeat = record.get("_ng_rollout_index")
-            repeat = repeat if is_int(repeat) else len(task.trials)
-            nodeid = record.get("_pytest_gym_nodeid")
-            task.trials[repeat] = _Trial(repeat, record, ok, nodeid if isinstance(nodeid, str) else None)
+            found = stamps(record)
+            if found.task_index is not None:
+                task.index = found.task_index
+            repeat = found.repeat if found.repeat is not None else len(task.trials)
+            task.trials[repeat] = _Trial(repeat, record, ok, found.nodeid)
     return tasks
 
 
@@ -338,11 +316,11 @@ def _materialized_rows(
     """
     rows: dict[str, dict[str, Any]] = {}
     seen: dict[Any, list[dict[str, Any]]] = {}  # task index -> rows already hashed (the repeats of a task are equal)
-    for request in read_jsonl(run_dir / MATERIALIZED_FILE):
+    for request in read_records(run_dir / MATERIALIZED_FILE):
         if len(rows) == len(wanted):
             break
         row = _row_of_request(request)
-        index = request.get("_ng_task_index")
+        index = stamps(request).task_index
         same_index = seen.setdefault(index if isinstance(index, int) else None, [])
         if any(row == known for known in same_index):
             continue
@@ -419,50 +397,12 @@ def _gate_tasks(label: str, tasks: list[dict[str, Any]]) -> tuple[list[str], str
     return [task_id for *_, task_id in scored], what
 
 
-def _numbers(summary: Mapping[str, Any], tasks: list[dict[str, Any]], min_reward: float) -> dict[str, Any]:
-    """The suite's headline numbers: the summary's, or computed from the rollouts when it has none."""
-    if summary.get("tasks") is not None or summary.get("mean_reward") is not None:
-        keys = ("tasks", "trials", "errors", "error_rate", "mean_reward", "ci_low", "ci_high", "pass_at", "pass_hat")
-        numbers = {key: summary.get(key) for key in keys}
-        numbers["source"] = "summary"
-        return numbers
-    rewards = {t["id"]: [tr["reward"] for tr in t["trials"] if tr.get("reward") is not None] for t in tasks}
-    errors = {t["id"]: t["errors"] for t in tasks if t["errors"]}
-    numbers = suite_stats({h: r for h, r in rewards.items() if r}, min_reward, errors).to_dict(per_task=False)
-    numbers.pop("min_reward", None)
-    numbers["source"] = "rollouts"
+def _numbers(summary: SuiteSummary, source: str) -> dict[str, Any]:
+    """The suite's headline numbers, as the judge gave them."""
+    keys = ("tasks", "trials", "errors", "error_rate", "mean_reward", "ci_low", "ci_high", "pass_at", "pass_hat")
+    numbers = {key: getattr(summary, key) for key in keys}
+    numbers["source"] = source
     return numbers
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    index = min(len(sorted_values) - 1, max(0, math.ceil(q * len(sorted_values)) - 1))
-    return sorted_values[index]
-
-
-def _totals(tasks: list[dict[str, Any]]) -> dict[str, Any]:
-    latencies = sorted(tr["latency"] for t in tasks for tr in t["trials"] if tr.get("latency") is not None)
-    tokens = [tr["tokens"] for t in tasks for tr in t["trials"] if tr.get("tokens")]
-    attempts = [tr.get("attempts", 1) for t in tasks for tr in t["trials"]]
-    totals: dict[str, Any] = {}
-    if latencies:
-        totals["latency_s"] = {
-            "trials": len(latencies),
-            "sum": round(math.fsum(latencies), 3),
-            "mean": round(math.fsum(latencies) / len(latencies), 4),
-            "p50": _percentile(latencies, 0.5),
-            "p95": _percentile(latencies, 0.95),
-            "max": latencies[-1],
-        }
-    if tokens:
-        totals["tokens"] = {
-            "trials": len(tokens),
-            "input": sum(t[0] for t in tokens),
-            "output": sum(t[1] for t in tokens),
-            "total": sum(t[2] for t in tokens),
-        }
-    retried = [a for a in attempts if a > 1]
-    totals["attempts"] = {"retried_trials": len(retried), "extra_attempts": sum(a - 1 for a in retried)}
-    return totals
 
 
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
@@ -484,12 +424,14 @@ class _Builder:
 
     def build(self) -> dict[str, Any]:
         run_dir = self.run_dir
-        summary_raw = _read_json(run_dir / SUMMARY_FILE)
-        summary: dict[str, Any] = summary_raw if isinstance(summary_raw, dict) else {}
-        if not summary:
+        try:
+            summary = read_summary(run_dir)
+        except SummaryError as exc:
+            summary = None
+            self.notes.append(f"the summary is unusable ({exc}): the numbers are computed from the rollouts")
+        if summary is None and not self.notes:
             self.notes.append(f"no readable {SUMMARY_FILE}: the numbers are computed from the rollouts")
-        suites_summary = summary.get("suites") if isinstance(summary.get("suites"), dict) else {}
-        assert isinstance(suites_summary, dict)
+        suites_summary = summary.suites if summary is not None else {}
         run_info = _read_json(run_dir / RUN_INFO_FILE)
         basis = run_info.get("basis") if isinstance(run_info, dict) and isinstance(run_info.get("basis"), dict) else {}
         assert isinstance(basis, dict)
@@ -503,21 +445,22 @@ class _Builder:
         plan = []
         for raw_name in names:
             entry = suites_summary.get(raw_name)
-            entry = entry if isinstance(entry, dict) else {}
             name = self.mask.text(str(raw_name))
-            min_reward = _number(entry.get("min_reward"))
-            min_reward = 1.0 if min_reward is None else min_reward
+            min_reward = entry.min_reward if entry is not None else 1.0
+            rule = entry.task_pass if entry is not None else "all"
             own = [t for t in collected.values() if t.suite == name]
             own.sort(key=lambda t: (t.index if t.index is not None else 2**62, t.key))
-            plan.append((name, entry, min_reward, own))
+            plan.append((name, entry, min_reward, rule, own))
         # Text budgets: failing and errored tasks are the ones people read, so their trials get more.
-        weight = {id(t): _INTERESTING if _interesting(t, m, reward_key) else 1 for _, _, m, own in plan for t in own}
-        self.trial_unit = _TRIAL_TEXT / max(1, sum(weight[id(t)] * len(t.trials) for _, _, _, own in plan for t in own))
+        weight = {id(t): _INTERESTING if _interesting(t, m, reward_key) else 1 for _, _, m, _, own in plan for t in own}
+        self.trial_unit = _TRIAL_TEXT / max(
+            1, sum(weight[id(t)] * len(t.trials) for _, _, _, _, own in plan for t in own)
+        )
         self.task_unit = _TASK_TEXT / max(1, sum(weight.values()))
         suites = []
         tasks_out: list[dict[str, Any]] = []
-        for name, entry, min_reward, own in plan:
-            built = [self._task(t, rows.get(t.key), min_reward, reward_key, weight[id(t)]) for t in own]
+        for name, entry, min_reward, rule, own in plan:
+            built = [self._task(t, rows.get(t.key), min_reward, reward_key, weight[id(t)], rule) for t in own]
             suites.append(self._suite(name, entry, built, min_reward, len(tasks_out)))
             tasks_out.extend(built)
         clipped = {
@@ -526,11 +469,11 @@ class _Builder:
             "task": _bounded(self.task_unit, _TASK_BOUNDS),
         }
 
-        notes = [self.mask.text(str(n)) for n in summary.get("notes") or [] if isinstance(n, str)]
+        notes = [self.mask.text(n) for n in (summary.notes if summary is not None else [])]
         return {
             "schema": SCHEMA,
             "run": {
-                "run_dir": self.mask.text(str(summary.get("run_dir") or run_dir)),
+                "run_dir": self.mask.text(summary.run_dir if summary is not None and summary.run_dir else str(run_dir)),
                 "name": run_dir.resolve().name,
                 "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "settings": self.mask.data({k: v for k, v in basis.items() if v not in (None, "", [], {})}),
@@ -561,7 +504,13 @@ class _Builder:
         return shown
 
     def _task(
-        self, task: _Task, row: dict[str, Any] | None, min_reward: float, reward_key: str, weight: int
+        self,
+        task: _Task,
+        row: dict[str, Any] | None,
+        min_reward: float,
+        reward_key: str,
+        weight: int,
+        rule: str = "all",
     ) -> dict[str, Any]:
         mask = self.mask
         self.trial_chars = _bounded(self.trial_unit * weight, _TRIAL_BOUNDS)
@@ -585,9 +534,9 @@ class _Builder:
         short = task.key[:12] if not task.key.startswith("index-") else task.key
         out_trials = [self._trial(t, row, reward_key, short, task.suite) for t in trials]
         rewards = [t["reward"] for t in out_trials if t.get("reward") is not None]
-        successes = sum(1 for r in rewards if r >= min_reward)
-        mean = math.fsum(rewards) / len(rewards) if rewards else None
         errors = sum(1 for t in out_trials if "error" in t)
+        # The judge's own per-task numbers (its rule for "passed"): the page computes nothing of its own.
+        own = task_stats(task.key, rewards, min_reward, errors, _RULES.get(rule, "all"))
         latencies = [t["latency"] for t in out_trials if t.get("latency") is not None]
         tokens = [t["tokens"][2] for t in out_trials if t.get("tokens")]
         out: dict[str, Any] = {
@@ -596,12 +545,12 @@ class _Builder:
             "hash": short,
             "index": task.index,
             "prompt": prompt,
-            "n": len(rewards),
-            "successes": successes,
+            "n": own.n,
+            "successes": own.successes,
             "errors": errors,
-            "mean": mean,
-            "passed": mean is not None and mean >= min_reward,
-            "flaky": 0 < successes < len(rewards),
+            "mean": own.mean_reward,
+            "passed": own.passed,
+            "flaky": own.flaky,
             "latency": round(math.fsum(latencies) / len(latencies), 4) if latencies else None,
             "tokens": sum(tokens) if tokens else None,
             "trials": out_trials,
@@ -613,21 +562,20 @@ class _Builder:
 
     def _trial(self, trial: _Trial, row: Mapping[str, Any], reward_key: str, short: str, suite: str) -> dict[str, Any]:
         mask, record = self.mask, trial.record
+        found = stamps(record)
         out: dict[str, Any] = {"r": trial.repeat}
         if trial.nodeid and trial.nodeid != f"{suite}::{short}[r{trial.repeat}]":
             out["nodeid"] = mask.text(trial.nodeid)  # the page builds the usual node id itself
-        latency = _number(record.get(LATENCY_KEY))
-        if latency is not None:
-            out["latency"] = round(latency, 3)
-        attempts = record.get("_pytest_gym_attempts")
-        if is_int(attempts) and attempts != 1:
-            out["attempts"] = attempts
+        if found.latency_s is not None:
+            out["latency"] = round(found.latency_s, 3)
+        if found.attempts != 1:
+            out["attempts"] = found.attempts
         if not trial.ok:
-            status = record.get("_ng_failure_http_status")
-            out["error"] = _clip(mask.text(str(record.get("_ng_failure_message") or "error")), self.trial_chars)
-            out["error_class"] = mask.text(str(record.get("_ng_failure_type") or "unknown"))
-            if isinstance(status, int):
-                out["http_status"] = status
+            failure: Failure = failure_of(record)
+            out["error"] = _clip(mask.text(failure.message), self.trial_chars)
+            out["error_class"] = mask.text(failure.type)
+            if failure.http_status is not None:
+                out["http_status"] = failure.http_status
             return out
         reward = _number(record.get(reward_key))
         if reward is None:
@@ -671,50 +619,46 @@ class _Builder:
         return out
 
     def _suite(
-        self, name: str, entry: dict[str, Any], tasks: list[dict[str, Any]], min_reward: float, offset: int
+        self, name: str, entry: SuiteSummary | None, tasks: list[dict[str, Any]], min_reward: float, offset: int
     ) -> dict[str, Any]:
         """One suite's data; its tasks are the page's tasks ``offset`` on, and it names them by that position."""
         mask = self.mask
+        source = "summary"
+        if entry is None:
+            entry, source = _judged_here(tasks, min_reward, name), "rollouts"
         by_full = {t["_full_hash"]: t for t in tasks}
         position = {t["id"]: offset + i for i, t in enumerate(tasks)}
         gates = []
-        raw_gates = entry.get("gates")
-        for label, gate in raw_gates.items() if isinstance(raw_gates, dict) else []:
-            gate = gate if isinstance(gate, dict) else {}
+        for label, gate in entry.gates.items():
             ids, what = _gate_tasks(str(label), tasks)
             gates.append(
                 {
                     "label": mask.text(str(label)),
-                    "value": _number(gate.get("value")),
-                    "passed": gate.get("passed") is True,
-                    "reason": mask.text(str(gate.get("reason") or "")),
+                    "value": _number(gate.value),
+                    "passed": gate.passed,
+                    "reason": mask.text(gate.reason),
                     "tasks": [position[i] for i in ids],
                     "tasks_are": what,
                 }
             )
         flaky_ids = {t["id"] for t in tasks if t["flaky"]}
         by_short = {t["hash"]: t["id"] for t in tasks}
-        for key in ("flaky", "flaky_tasks"):
-            flaky_ids.update(by_short[h] for h in _summary_hashes(entry.get(key)) if h in by_short)
+        for value in _summary_entry(entry).values():
+            flaky_ids.update(by_short[h] for h in _summary_hashes(value) if h in by_short)
         for task in tasks:
             task["flaky"] = task["id"] in flaky_ids
-        baseline = self._baseline(name, entry.get("baseline"), tasks, by_full, position)
-        other = [
-            (key, value)
-            for k, v in mask.data(entry).items()
-            if k not in _KNOWN_SUITE_KEYS
-            for key, value in _flatten(v, str(k))
-        ]
+        baseline = self._baseline(name, entry.baseline, tasks, by_full, position)
+        other = [(key, value) for k, v in mask.data(entry.extra_fields()).items() for key, value in _flatten(v, str(k))]
         suite: dict[str, Any] = {
             "name": name,
             "min_reward": min_reward,
-            "numbers": mask.data(_numbers(entry, tasks, min_reward)),
+            "numbers": mask.data(_numbers(entry, source)),
             "gates": gates,
             "failed": any(not g["passed"] for g in gates) or bool(baseline and baseline.get("regressed")),
             "baseline": baseline,
-            "baseline_note": mask.text(str(entry["baseline_note"])) if entry.get("baseline_note") else None,
+            "baseline_note": mask.text(entry.baseline_note) if entry.baseline_note else None,
             "flaky": sorted(position[i] for i in flaky_ids),
-            "totals": _totals(tasks),
+            "totals": mask.data(entry.totals.model_dump(mode="json")) if entry.totals is not None else {},
             "other": [[k, v] for k, v in other],
             "task_count": len(tasks),
         }
@@ -725,21 +669,21 @@ class _Builder:
     def _baseline(
         self,
         name: str,
-        section: Any,
+        section: BaselineSummary | None,
         tasks: list[dict[str, Any]],
         by_full: Mapping[str, dict[str, Any]],
         position: Mapping[str, int],
     ) -> dict[str, Any] | None:
         """The summary's comparison, with every task's mean before when the baseline file can be read."""
-        if not isinstance(section, dict):
+        if section is None:
             return None
         by_short = {t["hash"]: t for t in tasks}
-        new_failures = {h for h in _summary_hashes(section.get("new_failures")) if h in by_short}
-        fixed = {h for h in _summary_hashes(section.get("fixed")) if h in by_short}
+        new_failures = {h for h in _summary_hashes(section.new_failures) if h in by_short}
+        fixed = {h for h in _summary_hashes(section.fixed) if h in by_short}
         before: dict[str, float | None] = {}
         before_passed: dict[str, bool] = {}
-        given = self.baseline.get(name) if isinstance(self.baseline, Mapping) else self.baseline
-        path = given or section.get("path")
+        # The baseline file given to the report (the summary's own path is not followed: it may be anything).
+        path = self.baseline.get(name) if isinstance(self.baseline, Mapping) else self.baseline
         source = None
         if path:
             try:
@@ -770,16 +714,16 @@ class _Builder:
                 task["regressed"] = True
             if change or delta:
                 changed.append((_CHANGE_ORDER[change], delta or 0.0, position[task["id"]]))
-        kept = {k: v for k, v in section.items() if k not in ("new_failures", "fixed", "unused", "new_tasks")}
-        out = self.mask.data(kept)
+        lists = ("new_failures", "fixed", "unused", "new_tasks", "new_failure_tasks", "fixed_tasks")
+        out: dict[str, Any] = self.mask.data(section.model_dump(mode="json", exclude=set(lists)))
         for key in ("new_failures", "fixed", "unused", "new_tasks"):
-            value = section.get(key)
-            out[f"{key}_count"] = len(value) if isinstance(value, (list, dict)) else 0
+            out[f"{key}_count"] = len(getattr(section, key))
         out["changed"] = [index for *_, index in sorted(changed)]
         out["source"] = source
-        return dict(out)
+        return out
 
 
+_RULES: dict[str, Rule] = {"all": "all", "majority": "majority", "any": "any"}
 _CHANGE_ORDER = {"new_failure": 0, "fixed": 1, None: 2}
 
 
@@ -859,3 +803,44 @@ def build_report(run_dir: Path, output: Path | None = None, baseline: Baselines 
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(target, html.encode("utf-8"), fsync=False)
     return target
+
+
+def _judged_here(tasks: list[dict[str, Any]], min_reward: float, name: str) -> SuiteSummary:
+    """A suite the run folder has no summary for (a folder Gym's own collector wrote): judged by the judge's own
+    code on the rollouts, so its numbers are computed the way a run computes them."""
+    rewards = {t["_full_hash"]: [tr["reward"] for tr in t["trials"] if tr.get("reward") is not None] for t in tasks}
+    errors = {t["_full_hash"]: t["errors"] for t in tasks if t["errors"]}
+    stats = suite_stats({h: r for h, r in rewards.items() if r}, min_reward, errors)
+    costs = [
+        TrialCost(
+            latency_s=tr.get("latency"),
+            attempts=tr.get("attempts", 1),
+            input_tokens=tr["tokens"][0] if tr.get("tokens") else None,
+            output_tokens=tr["tokens"][1] if tr.get("tokens") else None,
+            total_tokens=tr["tokens"][2] if tr.get("tokens") else None,
+        )
+        for t in tasks
+        for tr in t["trials"]
+    ]
+    return SuiteVerdict(name, stats, [], totals=suite_totals(costs, None, None)).summary()
+
+
+def _summary_entry(entry: SuiteSummary) -> dict[str, Any]:
+    """What of the summary names tasks (flaky tasks, by hash or node id), for ``_summary_hashes``."""
+    extra = entry.extra_fields()
+    return {
+        "flaky_tasks": [task.model_dump() for task in entry.flaky_tasks],
+        "flaky": extra.get("flaky"),
+    }
+
+
+def write_html(run_dir: Path, baseline: Baselines = None, copy_to: str | None = None) -> str | None:
+    """The run's page in its folder (and a copy at ``copy_to``, ``--gym-html``); a note when it cannot be written."""
+    try:
+        page = build_report(run_dir, baseline=baseline)
+        if copy_to:
+            Path(copy_to).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(page, copy_to)
+    except (OSError, ValueError) as exc:
+        return f"the HTML report could not be written: {type(exc).__name__}: {exc}"
+    return None

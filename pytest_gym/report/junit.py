@@ -40,7 +40,7 @@ from junitparser import Properties, xunit2
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.masking import clean_text
-from pytest_gym.judge.suites import SuiteVerdict
+from pytest_gym.judge.summary import SuiteSummary
 
 # junitparser's annotations name the base classes where xunit2 objects come back (its TestSuite iterates
 # xunit2 testcases, which carry properties()), so its objects are handled as Any at this boundary.
@@ -250,12 +250,11 @@ def read_suite_properties(path: Path | str) -> dict[str, str]:
     return found
 
 
-def flat_properties(verdict: SuiteVerdict) -> dict[str, str]:
+def flat_properties(s: SuiteSummary) -> dict[str, str]:
     """Suite-level JUnit properties: name -> text."""
-    s = verdict.stats
     props = {
         "tasks": str(s.tasks),
-        "trials": str(s.trials + s.errors),
+        "trials": str(s.all_trials),
         "errors": str(s.errors),
         "mean_reward": str(s.mean_reward),
         "ci_low": str(s.ci_low),
@@ -263,26 +262,24 @@ def flat_properties(verdict: SuiteVerdict) -> dict[str, str]:
     }
     props.update({f"pass@{k}": str(v) for k, v in s.pass_at.items()})
     props.update({f"pass^{k}": str(v) for k, v in s.pass_hat.items()})
-    props["flaky"] = str(len(s.flaky))
+    props["flaky"] = str(len(s.flaky_tasks))
     props["flaky_rate"] = str(s.flaky_rate)
-    if s.flaky:
-        props["flaky_tasks"] = ", ".join(
-            f"{verdict.task_label(h)} {s.per_task[h].successes}/{s.per_task[h].n}" for h in s.flaky
-        )
-    if verdict.totals is not None:
-        props.update({f"totals.{name}": str(value) for name, value in verdict.totals.to_dict().items()})
-    for gate in verdict.gates:
-        props[f"gate[{gate.gate.label}]"] = f"{'pass' if gate.passed else 'fail'}: {gate.reason}"
-    c = verdict.comparison
+    if s.flaky_tasks:
+        props["flaky_tasks"] = ", ".join(task.shown for task in s.flaky_tasks)
+    if s.totals is not None:
+        props.update({f"totals.{name}": str(value) for name, value in s.totals.model_dump().items()})
+    for label, gate in s.gates.items():
+        props[f"gate[{label}]"] = f"{'pass' if gate.passed else 'fail'}: {gate.reason}"
+    c = s.baseline
     if c is not None:
-        props["baseline_delta"] = str(c.paired.mean_delta)
-        props["baseline_p_drop"] = str(c.paired.p_drop)
-        props["baseline_method"] = c.paired.method
+        props["baseline_delta"] = str(c.mean_delta)
+        props["baseline_p_drop"] = str(c.p_drop)
+        props["baseline_method"] = c.method
         props["baseline_regressed"] = str(c.regressed).lower()
         props["baseline_new_failures"] = str(len(c.new_failures))
         props["baseline_fixed"] = str(len(c.fixed))
-        if c.new_failures:
-            props["baseline_new_failure_tasks"] = ", ".join(c.label(h) for h in c.new_failures)
-        if c.fixed:
-            props["baseline_fixed_tasks"] = ", ".join(c.label(h) for h in c.fixed)
+        if c.new_failure_tasks:
+            props["baseline_new_failure_tasks"] = ", ".join(t.label for t in c.new_failure_tasks)
+        if c.fixed_tasks:
+            props["baseline_fixed_tasks"] = ", ".join(t.label for t in c.fixed_tasks)
     return props

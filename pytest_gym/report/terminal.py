@@ -6,8 +6,7 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.suites import SuiteVerdict
-from pytest_gym.judge.totals import SuiteTotals
+from pytest_gym.judge.summary import SuiteSummary, TaskRef, TotalsSummary
 
 _SHOW_FAILURES = 5
 
@@ -20,7 +19,7 @@ def _seconds(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}s"
 
 
-def _totals_line(totals: SuiteTotals) -> str:
+def _totals_line(totals: TotalsSummary) -> str:
     parts = []
     if totals.total_tokens is not None:
         parts.append(
@@ -37,52 +36,57 @@ def _totals_line(totals: SuiteTotals) -> str:
     return "  totals: " + ", ".join(parts)
 
 
+def _tasks(tasks: list[TaskRef], limit: int = _SHOW_FAILURES) -> str:
+    """``hash12 (line N), ...`` for the first ``limit``, then how many more."""
+    shown = ", ".join(t.label for t in tasks[:limit])
+    more = f" and {len(tasks) - limit} more" if len(tasks) > limit else ""
+    return (shown + more) or "none"
+
+
 def summary_lines(
-    verdicts: list[SuiteVerdict],
+    suites: dict[str, SuiteSummary],
     update_command: str | None,
     deferred: tuple[str, dict[str, list[str]]] | None = None,
     baseline: str | None = None,
 ) -> list[str]:
     """``deferred``: (why, labels of the gates per suite) when a shard leaves its gates and baseline to the merge."""
     lines: list[str] = []
-    for v in verdicts:
-        s = v.stats
+    for name, s in suites.items():
         ci = f" (95% CI {_fmt(s.ci_low)}..{_fmt(s.ci_high)})" if s.ci_low is not None else ""
-        passes = ", ".join(f"pass@{k} {_fmt(p)}" for k, p in sorted(s.pass_at.items()) if k in (1, s.max_k))
+        ks = s.pass_at_k()
+        passes = ", ".join(f"pass@{k} {_fmt(p)}" for k, p in ks if k in (1, ks[-1][0]))
         lines.append(
-            f"{v.suite}: {s.tasks} tasks, {s.trials + s.errors} trials, {s.errors} errors, "
+            f"{name}: {s.tasks} tasks, {s.all_trials} trials, {s.errors} errors, "
             f"mean reward {_fmt(s.mean_reward)}{ci}" + (f", {passes}" if passes else "")
         )
-        if v.narrowed:
+        if s.narrowed:
             lines.append("  (only the selected trials count: the selection narrowed the suite)")
-        if v.totals is not None:
-            lines.append(_totals_line(v.totals))
-        flaky = v.flaky_tasks()
+        if s.totals is not None:
+            lines.append(_totals_line(s.totals))
+        flaky = s.flaky_tasks
         if flaky:
-            shown = ", ".join(
-                f"{v.task_label(h)} {s.per_task[h].successes}/{s.per_task[h].n}" for h in s.flaky[:_SHOW_FAILURES]
-            )
+            shown = ", ".join(t.shown for t in flaky[:_SHOW_FAILURES])
             more = f" and {len(flaky) - _SHOW_FAILURES} more" if len(flaky) > _SHOW_FAILURES else ""
             lines.append(f"  flaky ({len(flaky)} of {s.tasks} tasks, passed/trials): {shown}{more}")
-        for g in v.gates:
-            lines.append(f"  gate {g.gate.label}: {'PASS' if g.passed else 'FAIL'} ({g.reason})")
+        for label, gate in s.gates.items():
+            lines.append(f"  gate {label}: {'PASS' if gate.passed else 'FAIL'} ({gate.reason})")
         if deferred is not None:
             why, labels = deferred
-            lines += [f"  gate {label}: {why}" for label in labels.get(v.suite, [])]
+            lines += [f"  gate {label}: {why}" for label in labels.get(name, [])]
             if baseline:
                 lines.append(f"  baseline: {why}")
-        c = v.comparison
+        c = s.baseline
         if c is not None:
-            delta = c.paired
+            p_drop = f"{c.p_drop:.3g}" if c.p_drop is not None else "n/a"
             lines.append(
-                f"  baseline: delta {_fmt(delta.mean_delta)} over {delta.n_shared} shared tasks"
-                f" (95% CI {_fmt(delta.ci_low)}..{_fmt(delta.ci_high)}, p(drop) {delta.p_drop:.3g}, {delta.method})"
+                f"  baseline: delta {_fmt(c.mean_delta)} over {c.shared_tasks} shared tasks"
+                f" (95% CI {_fmt(c.ci_low)}..{_fmt(c.ci_high)}, p(drop) {p_drop}, {c.method})"
                 + (" REGRESSION" if c.regressed else "")
             )
             if c.new_failures:
-                lines.append(f"  new failures ({len(c.new_failures)}): {c.describe(c.new_failures, _SHOW_FAILURES)}")
+                lines.append(f"  new failures ({len(c.new_failures)}): {_tasks(c.new_failure_tasks)}")
             if c.fixed:
-                lines.append(f"  fixed ({len(c.fixed)}): {c.describe(c.fixed, _SHOW_FAILURES)}")
+                lines.append(f"  fixed ({len(c.fixed)}): {_tasks(c.fixed_tasks)}")
             if c.new_tasks:
                 lines.append(f"  new tasks (not in baseline): {len(c.new_tasks)}")
             if c.unused:
@@ -91,14 +95,14 @@ def summary_lines(
                 lines.append(f"  settings differ from the baseline's: {', '.join(c.settings_mismatch)}")
             if update_command:
                 lines.append(f"  update the baseline: {update_command}")
-        elif v.baseline_note:
-            lines.append(f"  {v.baseline_note}")
+        elif s.baseline_note:
+            lines.append(f"  {s.baseline_note}")
     return lines
 
 
 def write_section(
     terminalreporter: pytest.TerminalReporter,
-    verdicts: list[SuiteVerdict],
+    suites: dict[str, SuiteSummary],
     run_dir: str,
     notes: list[str],
     exports: list[tuple[str, ExportResult]],
@@ -112,10 +116,10 @@ def write_section(
     bounded and stripped of control characters here, the last stop before the terminal. Without
     verdicts (no trial ran, or judging failed) the notes are still shown: they say why.
     """
-    if (not verdicts and not notes) or terminalreporter.config.get_verbosity() < 0:
+    if (not suites and not notes) or terminalreporter.config.get_verbosity() < 0:
         return
     update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline and not deferred else None
-    lines = [*summary_lines(verdicts, update, deferred, baseline), *(extra or []), f"run folder: {run_dir}"]
+    lines = [*summary_lines(suites, update, deferred, baseline), *(extra or []), f"run folder: {run_dir}"]
     lines += [f"note: {note}" for note in notes]
     for name, outcome in exports:
         where = f" [{outcome.location}]" if outcome.location else ""

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_gym.runfolder.layout import ERRORS_FILE
+
 _SPEC = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
 
 
@@ -45,9 +47,6 @@ def parse_error_budget(text: str | None) -> ErrorBudget:
     if number != int(number):
         raise ValueError(f"{text!r}: a number of errors must be a whole number")
     return ErrorBudget(count=int(number))
-
-
-ERRORS_FILE = ".errors"
 
 
 class SharedErrorCount:

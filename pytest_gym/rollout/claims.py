@@ -45,7 +45,6 @@ from typing import Protocol
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.pids import pid_alive
 
-BOARD_DIR = ".xdist-trials"
 #: A claim file still empty after this long belongs to a process that died while writing it.
 _EMPTY_CLAIM_GRACE_S = 5.0
 _POLL_MIN_S = 0.0005

@@ -25,6 +25,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
+from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
 MAX_BODY_BYTES = 32 * 1024 * 1024
 _EXCERPT = 200
@@ -66,10 +67,10 @@ def build_request(
     body = dict(row)
     if agent is not None:
         body["agent_ref"] = {"name": agent}
-    body["_ng_task_index"] = task_index
-    body["_ng_rollout_index"] = repeat
+    body[TASK_INDEX_KEY] = task_index
+    body[ROLLOUT_INDEX_KEY] = repeat
     if rollout_id is not None:
-        body["_ng_rollout_id"] = rollout_id
+        body[ROLLOUT_ID_KEY] = rollout_id
     return body
 
 

@@ -26,9 +26,10 @@ from typing import Any
 
 from pytest_gym.core.numbers import is_number
 from pytest_gym.judge.intervals import t_ppf
+from pytest_gym.runfolder.records import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
-TASK = "_ng_task_index"
-ROLLOUT = "_ng_rollout_index"
+TASK = TASK_INDEX_KEY
+ROLLOUT = ROLLOUT_INDEX_KEY
 AGENT_REF = "agent_ref"
 MASK = "mask_sample"
 _STATS = ("mean", "max", "min", "median", "std")

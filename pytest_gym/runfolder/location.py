@@ -6,10 +6,9 @@ import secrets
 import time
 from pathlib import Path
 
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, STATE_FILE
+
 RUNS_DIR = Path(".pytest_gym") / "runs"
-#: The deployment record (written by ``pytest_gym.gym.deployment``).
-STATE_FILE = "deployment.json"
-ROLLOUTS_FILE = "rollouts.jsonl"
 
 
 def new_run_dir(rootdir: Path) -> Path:

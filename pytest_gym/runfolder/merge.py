@@ -20,26 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.shard import shard_of
 from pytest_gym.runfolder.aggregate import aggregate_metrics
-from pytest_gym.runfolder.rollouts import (
-    AGGREGATE_FILE,
-    FAILURES_FILE,
-    MATERIALIZED_FILE,
-    ROLLOUTS_FILE,
-    aggregate_entry,
-    aggregate_request_from_records,
-    write_aggregate_metrics,
-)
-from pytest_gym.runfolder.runinfo import (
-    RUN_INFO_FILE,
-    Reusable,
-    basis_differences,
-    file_sha256,
-    read_run_info,
-    write_run_info,
-)
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.records import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, RecordError, parse_record, stamps
+from pytest_gym.runfolder.rollouts import aggregate_entry, aggregate_request_from_records, write_aggregate_metrics
+from pytest_gym.runfolder.runinfo import Reusable, basis_differences, file_sha256, read_run_info, write_run_info
 
 Key = tuple[str, int]
 _SHOW = 5
@@ -159,11 +145,7 @@ class ShardRecords(Reusable):
         fd = self._fds.get((folder, name))
         if fd is None:
             fd = self._fds[(folder, name)] = os.open(self.folders[folder].path / name, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            record = json.loads(os.pread(fd, length, offset))
-        except ValueError:
-            return None
-        return record if isinstance(record, dict) else None
+        return _record(self.folders[folder].path / name, 0, os.pread(fd, length, offset))
 
     def take(self, task_hash: str, repeat: int) -> dict[str, Any] | None:
         where = self.rollouts.get((task_hash, repeat))
@@ -198,14 +180,11 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
             offset += len(line)
 
 
-def _parse(line: bytes) -> dict[str, Any] | None:
-    if not line.strip():
-        return None
+def _record(path: Path, number: int, line: bytes) -> dict[str, Any] | None:
     try:
-        record = json.loads(line)
-    except ValueError:  # a torn last line of a killed run: the trial did not finish
-        return None
-    return record if isinstance(record, dict) else None
+        return parse_record(path, number, line)
+    except RecordError as exc:
+        raise MergeError(f"pytest-gym merge: {exc}") from None
 
 
 def index_shards(folders: Sequence[ShardFolder]) -> ShardRecords:
@@ -215,20 +194,19 @@ def index_shards(folders: Sequence[ShardFolder]) -> ShardRecords:
     overlaps: list[tuple[str, int, int]] = []
     for number, folder in enumerate(folders):
         for name, target in ((ROLLOUTS_FILE, records.rollouts), (FAILURES_FILE, records.failures)):
-            for offset, line in _lines(folder.path / name):
-                record = _parse(line)
-                task_hash = record.get("_pytest_gym_task_hash") if record else None
-                repeat = record.get("_ng_rollout_index") if record else None
-                if record is None or not isinstance(task_hash, str) or not isinstance(repeat, int):
+            for line_number, (offset, line) in enumerate(_lines(folder.path / name), start=1):
+                record = _record(folder.path / name, line_number, line)
+                found = stamps(record) if record is not None else None
+                if found is None or found.key is None:
                     continue
+                task_hash, repeat = found.key
                 first = owner.setdefault(task_hash, number)
                 if first != number:
                     overlaps.append((task_hash, first, number))
                     continue
                 target.setdefault((task_hash, repeat), (number, offset, len(line)))
-                task_index = record.get("_ng_task_index")
-                if isinstance(task_index, int):
-                    records.by_index[number][(task_index, repeat)] = task_hash
+                if found.task_index is not None:
+                    records.by_index[number][(found.task_index, repeat)] = task_hash
     if overlaps:
         task_hash, first, second = overlaps[0]
         tasks = len({o[0] for o in overlaps})
@@ -275,20 +253,6 @@ def missing_message(missing: Sequence[MissingTrial], folders: Sequence[ShardFold
     return "pytest-gym merge: " + " ".join(parts)
 
 
-def failed_outcome(spec: TrialSpec, record: dict[str, Any]) -> TrialOutcome:
-    """A trial whose shard recorded a fault: the same error here, so the merged run counts it as an error."""
-    message = str(record.get("_ng_failure_message") or "the rollout failed in its shard")
-    status = record.get("_ng_failure_http_status")
-    return TrialOutcome.for_spec(
-        spec,
-        error=message,
-        error_class=str(record.get("_ng_failure_type") or "shard"),
-        http_status=status if isinstance(status, int) else None,
-        attempts=int(record.get("_pytest_gym_attempts") or 1),
-        reused=True,
-    )
-
-
 @dataclass
 class MergeResult:
     rollouts: int = 0
@@ -317,7 +281,7 @@ def _shard_aggregates(folders: Sequence[ShardFolder]) -> dict[str, tuple[set[str
 def _measured(record: dict[str, Any]) -> dict[str, Any]:
     """What Gym's aggregation reads of a record (the body it would POST, numbers only): 200k fit in memory."""
     light = aggregate_request_from_records([record])["verify_responses"][0]
-    keep = ("_ng_task_index", "_ng_rollout_index", "mask_sample", "response", "ng_perf", "reward")
+    keep = (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, "mask_sample", "response", "ng_perf", "reward")
     return {k: v for k, v in light.items() if k in keep or (not k.startswith("_") and isinstance(v, (int, float)))}
 
 
@@ -332,7 +296,7 @@ def _aggregate(
     for agent, group in sorted(by_agent.items()):
         metric_names, key_names = shard_names.get(agent, (set(), set()))
         try:
-            group.sort(key=lambda r: (r.get("_ng_task_index") or 0, r.get("_ng_rollout_index") or 0))
+            group.sort(key=lambda r: (r.get(TASK_INDEX_KEY) or 0, r.get(ROLLOUT_INDEX_KEY) or 0))
             metrics = aggregate_metrics(
                 group,  # already stripped as Gym's collector would (_measured); sorted as it sends them
                 with_pass_at_k=any(name.startswith("pass@") for name in metric_names),
@@ -390,10 +354,8 @@ def write_merged(
                     continue
                 rollouts.write(line if line.endswith(b"\n") else line + b"\n")
                 result.rollouts += 1
-                record = _parse(line) or {}
-                ref = record.get("agent_ref")
-                agent = str(ref.get("name")) if isinstance(ref, dict) and ref.get("name") else ""
-                by_agent[agent].append(_measured(record))
+                record = _record(folder.path / ROLLOUTS_FILE, 0, line) or {}
+                by_agent[stamps(record).agent or ""].append(_measured(record))
             wanted = keep_failures[number]
             for offset, line in _lines(folder.path / FAILURES_FILE) if wanted else ():
                 if offset in wanted:
@@ -401,15 +363,16 @@ def write_merged(
                     result.failures += 1
             index = records.by_index[number]
             written: set[tuple[int, int]] = set()
-            for _, line in _lines(folder.path / MATERIALIZED_FILE):
-                row = _parse(line)
-                if row is None:
+            for line_number, (_, line) in enumerate(_lines(folder.path / MATERIALIZED_FILE), start=1):
+                row = _record(folder.path / MATERIALIZED_FILE, line_number, line)
+                found = stamps(row) if row is not None else None
+                if found is None or found.task_index is None or found.repeat is None:
                     continue
-                position = (row.get("_ng_task_index"), row.get("_ng_rollout_index"))
-                task_hash = index.get(position)  # type: ignore[arg-type]
+                position = (found.task_index, found.repeat)
+                task_hash = index.get(position)
                 if task_hash is None or (task_hash, position[1]) not in kept or position in written:
                     continue
-                written.add(position)  # type: ignore[arg-type]
+                written.add(position)
                 materialized.write(line if line.endswith(b"\n") else line + b"\n")
                 result.materialized += 1
     _aggregate(by_agent, records.folders, out_dir, result)
@@ -420,6 +383,17 @@ def write_merged(
         info.update(run_info or {})
         write_run_info(out_dir, None, basis=dict(first.info.get("basis") or {}), **info)
     return result
+
+
+def write_merged_run(records: ShardRecords, out_dir: Path, judged: set[Key]) -> list[str]:
+    """--gym-merge: this run's folder gets the judged trials of the shards, in Gym's layout; notes on what happened."""
+    try:
+        merged = write_merged(records, out_dir, judged.__contains__)
+    except OSError as exc:
+        return [f"merge: the merged run folder could not be written: {exc}"]
+    finally:
+        records.close()
+    return list(merged.notes)
 
 
 def expected_trials(

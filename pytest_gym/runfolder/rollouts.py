@@ -34,137 +34,27 @@ descriptor under an exclusive ``flock``, so no line tears, interleaves or is los
 from __future__ import annotations
 
 import json
-import math
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.jsonl import AppendLog
-from pytest_gym.core.masking import MAX_DEPTH, MAX_FIELD, Masker, clean_text, json_depth_exceeds, mask_data
+from pytest_gym.core.masking import MAX_DEPTH, Masker, json_depth_exceeds, mask_data
 from pytest_gym.core.outcome import TrialOutcome
-
-ROLLOUTS_FILE = "rollouts.jsonl"
-FAILURES_FILE = "rollouts_failures.jsonl"
-MATERIALIZED_FILE = "rollouts_materialized_inputs.jsonl"
-AGGREGATE_FILE = "rollouts_aggregate_metrics.json"
-
-TASK_INDEX_KEY = "_ng_task_index"
-ROLLOUT_INDEX_KEY = "_ng_rollout_index"
-ROLLOUT_ID_KEY = "_ng_rollout_id"
-AGENT_REF_KEY = "agent_ref"
-ENVIRONMENT_SERVER_KEY = "_ng_environment_server"
-RESULT_TYPE_KEY = "_ng_result_type"
-FAILURE_CLASS_KEY = "_ng_failure_class"
-AGENT_RUN_ERROR = "agent_run_error"
-AGENT_REQUEST_FAILED = "agent_request_failed"
-
-
-def trial_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
-    """Which trial a rollout record or a materialized input belongs to.
-
-    pytest-gym sends every trial its own ``_ng_rollout_id`` (stable across resumes); the indices alone
-    repeat across the datasets of one run. A folder Gym's own collector wrote (one dataset) may have
-    only the indices, unique there.
-    """
-    rollout_id = record.get(ROLLOUT_ID_KEY)
-    if isinstance(rollout_id, str):
-        return ("id", rollout_id)
-    return ("index", record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY))
-
-
-#: Request keys Gym's collector copies onto a result after the two indices, in its order.
-_REQUEST_STAMPS = ("agent_ref", "task_source", "skills_ref", "_ng_attempt_index", "_ng_rollout_id")
-#: Statuses something in front of a Gym server answers with; a Gym server itself answers 500.
-_SERVER_DID_NOT_RUN = frozenset({429, 502, 503, 504})
-#: Our error classes for a trial that was stopped rather than failed.
-_NOT_PERSISTED = frozenset({"cancelled"})
-#: Fields Gym strips before POSTing results to ``/aggregate_metrics`` (``response`` keeps usage only).
-_AGGREGATE_STRIPPED = frozenset(
-    {"response", "responses_create_params", "ng_agent_observations", "ng_model_call_capture", "ng_trajectory"}
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.records import (
+    AGENT_REF_KEY,
+    ENVIRONMENT_SERVER_KEY,
+    ROLLOUT_INDEX_KEY,
+    TASK_INDEX_KEY,
+    EnvironmentServer,
+    failure_record,
+    finite,
+    rollout_record,
+    without_config,
 )
-#: Gym's resolved config can hold the policy key unmasked; it never goes into a record.
-_CONFIG_DUMP_KEYS = frozenset({"global_config_dict", "global_config_dict_yaml"})
-
-
-@dataclass(frozen=True)
-class EnvironmentServer:
-    """The environment server a trial went through; Gym stamps its name and type on every record."""
-
-    name: str
-    type: str | None = None
-
-
-def _without_config(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in data.items() if key not in _CONFIG_DUMP_KEYS}
-
-
-def _stamp(record: dict[str, Any], outcome: TrialOutcome, server: EnvironmentServer | None) -> None:
-    """Copy what Gym's collector copies from the row onto a result or failure row, in the same order."""
-    request = outcome.request or {}
-    if TASK_INDEX_KEY in request:
-        record[TASK_INDEX_KEY] = request[TASK_INDEX_KEY]
-    record[ROLLOUT_INDEX_KEY] = request.get(ROLLOUT_INDEX_KEY, outcome.repeat)
-    for key in _REQUEST_STAMPS:
-        if key in request:
-            record[key] = request[key]
-    if AGENT_REF_KEY not in record and outcome.agent:
-        # A fault before the request was built still names its agent, which Gym's readers group by.
-        record[AGENT_REF_KEY] = {"name": outcome.agent}
-    if server is not None:
-        record[ENVIRONMENT_SERVER_KEY] = server.name
-        if server.type is not None:
-            record[RESULT_TYPE_KEY] = server.type
-
-
-def rollout_record(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> dict[str, Any] | None:
-    """The ``rollouts.jsonl`` record of a trial with a reward; None for a fault."""
-    if not outcome.ok:
-        return None
-    if outcome.answer is None or TASK_INDEX_KEY not in (outcome.request or {}):
-        raise ValueError(f"{outcome.nodeid}: a rewarded trial needs its answer and the request with {TASK_INDEX_KEY}")
-    record = _without_config(outcome.answer)
-    _stamp(record, outcome, server)
-    # Underscore keys: Gym's metrics skip them; --gym-resume finds finished trials by them.
-    record["_pytest_gym_nodeid"] = outcome.nodeid
-    record["_pytest_gym_task_hash"] = outcome.task_hash
-    record["_pytest_gym_attempts"] = outcome.attempts
-    record["_pytest_gym_latency_s"] = round(outcome.latency_s, 4)
-    return record
-
-
-def failure_record(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> dict[str, Any] | None:
-    """The ``rollouts_failures.jsonl`` row of a faulted trial; None for a reward or a cancelled trial."""
-    if outcome.ok or outcome.error_class in _NOT_PERSISTED:
-        return None
-    status = outcome.http_status
-    ran = status is not None and status not in _SERVER_DID_NOT_RUN
-    record: dict[str, Any] = {
-        FAILURE_CLASS_KEY: AGENT_RUN_ERROR if ran else AGENT_REQUEST_FAILED,
-        "_ng_failure_type": outcome.error_class or "unknown",
-        "_ng_failure_message": clean_text(outcome.error or "", MAX_FIELD),
-        "_ng_failure_http_status": status,
-        "_ng_failure_response_body": None,
-    }
-    _stamp(record, outcome, server)
-    record["_pytest_gym_nodeid"] = outcome.nodeid
-    record["_pytest_gym_task_hash"] = outcome.task_hash
-    record["_pytest_gym_attempts"] = outcome.attempts
-    record["_pytest_gym_latency_s"] = round(outcome.latency_s, 4)
-    return record
-
-
-def _finite(value: Any) -> Any:
-    """NaN and infinities become null, as Gym's orjson writes them: the file stays strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
 
 
 def _json_bytes(data: Any, indent: int | None = None) -> bytes:
@@ -172,7 +62,7 @@ def _json_bytes(data: Any, indent: int | None = None) -> bytes:
     try:
         text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent, separators=separators)
     except ValueError:
-        data = _finite(data)
+        data = finite(data)
         text = json.dumps(data, ensure_ascii=False, allow_nan=False, indent=indent, separators=separators)
     try:
         return text.encode("utf-8")
@@ -238,7 +128,7 @@ class RunFolderWriter:
         server = self.server_for(outcome)
         records: list[tuple[str, dict[str, Any]]] = []
         if outcome.request is not None:
-            records.append((MATERIALIZED_FILE, _without_config(outcome.request)))
+            records.append((MATERIALIZED_FILE, without_config(outcome.request)))
         result = rollout_record(outcome, server) if outcome.ok else failure_record(outcome, server)
         if result is not None:
             records.append((ROLLOUTS_FILE if outcome.ok else FAILURES_FILE, result))
@@ -264,6 +154,12 @@ class RunFolderWriter:
             self._closed = True
             for file in self._files.values():
                 file.close()
+
+
+#: Fields Gym strips before POSTing results to ``/aggregate_metrics`` (``response`` keeps usage only).
+_AGGREGATE_STRIPPED = frozenset(
+    {"response", "responses_create_params", "ng_agent_observations", "ng_model_call_capture", "ng_trajectory"}
+)
 
 
 def _order_key(record: Mapping[str, Any]) -> tuple[int, int]:

@@ -10,23 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
-from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.core.masking import clean_text, json_depth_exceeds, mask_data
-from pytest_gym.core.numbers import is_finite_number, is_int, is_number
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
+from pytest_gym.core.masking import clean_text, mask_data
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
-
-RUN_INFO_FILE = "pytest_gym_run.json"
-#: Fields the run folder adds to Gym's answer (``pytest_gym.runfolder.rollouts``), besides ``_pytest_gym_*``.
-_FOLDER_STAMPS = frozenset({"_ng_environment_server", "_ng_result_type"})
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.records import read_records, reward_of, stamps
 
 
 def rollout_basis(settings: GymSettings) -> dict[str, Any]:
@@ -158,55 +151,15 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
         )
     records: dict[tuple[str, int], dict[str, Any]] = {}
     skipped = 0
-    for record in read_jsonl(rollouts):
-        task_hash = record.get("_pytest_gym_task_hash")
-        repeat = record.get("_ng_rollout_index")
-        if not isinstance(task_hash, str) or not is_int(repeat):
+    for record in read_records(rollouts):
+        key = stamps(record).key
+        if key is None:
             continue
-        if settings.reward_key in record and not _reusable_reward(record[settings.reward_key]):
-            skipped += 1  # NaN, infinite or not a number: run the trial again (a suite's own key: reused_outcome)
+        if settings.reward_key in record and reward_of(record, settings.reward_key) is None:
+            skipped += 1  # NaN, infinite or not a number: run the trial again (a suite's own key: outcome_from_rollout)
             continue
-        records[(task_hash, repeat)] = record
+        records[key] = record
     note = f"resume: {len(records)} finished trials available from {resume_dir}"
     if skipped:
         note += f" ({skipped} records without a finite {settings.reward_key!r} are run again)"
     return Reusable(records=records, note=note)
-
-
-def _reusable_reward(reward: Any) -> bool:
-    return is_finite_number(reward)
-
-
-def reused_outcome(spec: TrialSpec, record: dict[str, Any], *, from_shard: bool = False) -> TrialOutcome | None:
-    """The outcome an earlier run's record gives this trial; None when the record cannot be trusted.
-
-    ``from_shard``: the record is this run's own trial, run by a shard job (--gym-merge), not an earlier
-    run's: it keeps its latency and is not marked reused, so the merged totals equal an unsharded run's.
-    """
-    reward = record.get(spec.reward_key)
-    if not _reusable_reward(reward) or reward is None:
-        return None
-    if json_depth_exceeds(record):
-        return None
-    attempts = record.get("_pytest_gym_attempts", 1)
-    ref = record.get("agent_ref")
-    name = ref.get("name") if isinstance(ref, dict) else None
-    # The answer as Gym gave it: without what the run folder stamped on it (a failure message lists its fields).
-    answer = {k: v for k, v in record.items() if not k.startswith("_pytest_gym_") and k not in _FOLDER_STAMPS}
-    return TrialOutcome.for_spec(
-        spec,
-        reward=float(reward),
-        answer=answer,
-        attempts=attempts if is_int(attempts) and attempts > 0 else 1,
-        agent=name if isinstance(name, str) else spec.agent,
-        tokens=token_usage(record),
-        latency_s=_recorded_latency(record) if from_shard else 0.0,
-        reused=not from_shard,
-    )
-
-
-def _recorded_latency(record: dict[str, Any]) -> float:
-    latency = record.get("_pytest_gym_latency_s")
-    if not is_number(latency):
-        return 0.0
-    return float(latency) if math.isfinite(latency) and latency >= 0 else 0.0

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from pytest_gym.core.masking import Masker
-from pytest_gym.runfolder.rollouts import FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 
 #: Masked record by record when written (and the largest files of a run): not read again.
 MASKED_WHEN_WRITTEN = frozenset({ROLLOUTS_FILE, FAILURES_FILE, MATERIALIZED_FILE})

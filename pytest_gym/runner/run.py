@@ -27,9 +27,9 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
-from pytest_gym.rollout.claims import BOARD_DIR, BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
+from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
+from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE
 from pytest_gym.runfolder.rollouts import (
-    ROLLOUTS_FILE,
     RunFolderWriter,
     aggregate_answer,
     aggregate_entry,
@@ -42,9 +42,6 @@ from pytest_gym.runner.server import GymServer
 if TYPE_CHECKING:
     from pytest_gym.gym.rescore import RescoreResult
     from pytest_gym.rollout.dispatcher import Dispatcher
-
-#: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
-ATTACHED_FILE = "attached.json"
 
 
 @dataclass
@@ -135,7 +132,8 @@ class GymRun:
     def rescore(self, source: Path) -> RescoreResult:
         """--gym-rescore: acquire the deployment (no dispatcher: nothing is rolled out) and re-verify every
         saved answer of ``source``; the new verdicts go to this run folder's ``rescored.jsonl``."""
-        from pytest_gym.gym.rescore import RESCORED_FILE, rescore
+        from pytest_gym.gym.rescore import rescore
+        from pytest_gym.runfolder.layout import RESCORED_FILE
 
         if self.server is None:
             endpoint = acquire(self.settings, self.run_dir, self.access)

@@ -40,9 +40,8 @@ from typing import Any
 
 from pytest_gym.core.jsonl import read_jsonl_numbered
 from pytest_gym.core.masking import MASK, known_secrets, mask_secrets
+from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
 
-CASSETTE_FILE = "cassette.jsonl"
-MISSES_FILE = "replay_misses.jsonl"
 FORMAT_VERSION = 1
 
 #: Fields that change between runs without changing the answer. ``a.*.b`` descends into every list

@@ -15,11 +15,7 @@ from typing import Literal
 from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.process.groups import Supervised, log_tail, spawn_supervised, stop_supervised, supervisor_popen
-
-POLICY_LOG = "policy.log"
-POLICY_PORT_FILE = "policy.port"
-RECORDER_LOG = "recorder.log"
-RECORDER_PORT_FILE = "recorder.port"
+from pytest_gym.runfolder.layout import POLICY_LOG, POLICY_PORT_FILE, RECORDER_LOG, RECORDER_PORT_FILE
 
 
 def launch(

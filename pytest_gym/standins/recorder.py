@@ -49,10 +49,9 @@ from urllib.parse import urlsplit
 
 from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.masking import POLICY_KEY_ENV, known_secrets, mask_secrets
+from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
 from pytest_gym.standins.cassette import (
-    CASSETTE_FILE,
     DEFAULT_IGNORE,
-    MISSES_FILE,
     Cassette,
     Miss,
     Recording,

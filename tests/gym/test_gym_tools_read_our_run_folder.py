@@ -16,7 +16,8 @@ import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
-from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE, RunFolderWriter
+from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.rollouts import RunFolderWriter
 from tests.helpers.paths import ROOT
 from tests.helpers.run_records import AGENT, SERVER, faulted, request_for, rewarded
 

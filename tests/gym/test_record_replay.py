@@ -20,12 +20,13 @@ from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import start_deployment, stop_started
-from pytest_gym.gym.rescore import RESCORED_FILE, rescore
+from pytest_gym.gym.rescore import rescore
 from pytest_gym.gym.startargs import free_port
 from pytest_gym.process.groups import Supervised, stop_supervised
 from pytest_gym.rollout.http import fetch
 from pytest_gym.rollout.transport import TrialFault, build_request
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, RunFolderWriter
+from pytest_gym.runfolder.layout import RESCORED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.rollouts import RunFolderWriter
 from pytest_gym.runner.server import GymServer
 from pytest_gym.standins.cassette import iter_recordings, misses_for_row, read_misses
 from pytest_gym.standins.launch import start_policy, start_recorder

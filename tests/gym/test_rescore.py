@@ -16,7 +16,7 @@ from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.process.groups import stop_supervised
 from pytest_gym.rollout.http import fetch
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.standins.cassette import iter_recordings
 from pytest_gym.standins.launch import start_policy
 from tests.helpers.realgym import RealGym, attach, start_mode

@@ -20,7 +20,7 @@ import pytest
 import xmlschema
 
 from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.runfolder.rollouts import AGGREGATE_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, ROLLOUTS_FILE
 from tests.helpers.paths import EXAMPLE, ROOT
 from tests.helpers.realgym import RealGym
 

@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from pytest_gym.core.dataset import task_hash
-from pytest_gym.rollout.claims import BOARD_DIR, ClaimBoard
+from pytest_gym.rollout.claims import ClaimBoard
+from pytest_gym.runfolder.layout import BOARD_DIR
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.realgym import RealGym, attach
 

@@ -8,7 +8,8 @@ import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, EnvironmentServer
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE
+from pytest_gym.runfolder.records import EnvironmentServer
 
 AGENT = "mcqa_simple_agent"
 SERVER = EnvironmentServer("mcqa_environment_server", "legacy_agent")

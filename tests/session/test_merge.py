@@ -22,8 +22,8 @@ import pytest
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.shard import shard_of
-from pytest_gym.runfolder.rollouts import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE, dataset_entries, write_run_info
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
 from tests.helpers.paths import ROOT
 
 BASIS = {"agent": "a", "model": "m", "policy": "none", "reward_key": "reward"}

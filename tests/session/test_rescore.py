@@ -16,7 +16,8 @@ from pytest_gym.core.dataset import read_tasks
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.rollout.transport import build_request
-from pytest_gym.runfolder.rollouts import MATERIALIZED_FILE, ROLLOUTS_FILE, RunFolderWriter
+from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.rollouts import RunFolderWriter
 from pytest_gym.standins.policy import Script, responses_object
 from tests.helpers.standin import StandinGym, reply
 

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.runfolder.runinfo import write_run_info
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.realgym import start_mode

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.shard import shard_of
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE
+from pytest_gym.runfolder.layout import RUN_INFO_FILE
 
 NO_GYM = ("--gym-cli", "/nonexistent/gym", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
 

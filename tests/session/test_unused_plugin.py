@@ -18,6 +18,7 @@ CHEAP = {
     "pytest_gym.plugin",
     "pytest_gym.hookspecs",
     "pytest_gym.xdist_hooks",
+    "pytest_gym.current",
     "pytest_gym.core",
     "pytest_gym.core.options",
     "pytest_gym.core.outcome",
@@ -25,6 +26,7 @@ CHEAP = {
     "pytest_gym.core.dataset",
     "pytest_gym.core.masking",
     "pytest_gym.runfolder",
+    "pytest_gym.runfolder.layout",
     "pytest_gym.runfolder.location",
 }
 #: Third-party packages only a used plugin needs (the roots of their module names).

@@ -20,8 +20,9 @@ from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.messages import clean_outcome, failure_message, fault_message
 from pytest_gym.report.junit import postprocess_junit
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, RunFolderWriter, aggregate_answer
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE, load_reusable, write_run_info
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.rollouts import RunFolderWriter, aggregate_answer
+from pytest_gym.runfolder.runinfo import load_reusable, write_run_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import write_summary
 from tests.helpers.paths import ROOT

@@ -26,6 +26,7 @@ from pytest_gym.exporters import (
 )
 from pytest_gym.exporters.github import GithubExporter, marker
 from pytest_gym.exporters.mlflow import INSTALL_HINT, RUN_ID_TAG, MlflowExporter, metrics_of, mlflow_name, params_of
+from pytest_gym.judge.summary import parse_summary
 
 SECRET = "sekrit-marker-123"
 RUN_ID = "20260101-120000-abc123"
@@ -390,7 +391,7 @@ def test_github_skips_outside_github_actions(run: ExportRun, monkeypatch: pytest
 def test_mlflow_names_are_valid_for_mlflow() -> None:
     assert mlflow_name("evals/mcqa.jsonl/gate/pass@2>=0.9") == "evals/mcqa.jsonl/gate/pass_at_2_ge_0.9"
     assert mlflow_name("/abs//x/../ci_low(mean_reward)<0.5") == "abs/x/__/ci_low_mean_reward__lt_0.5"
-    metrics = metrics_of({SUITE: _metrics()})
+    metrics = metrics_of(parse_summary({"suites": {SUITE: _metrics()}}).suites)
     assert metrics[f"{SUITE}/pass_at_2"] == 0.6
     assert metrics[f"{SUITE}/gate/pass_at_2_ge_0.9"] == 0.0
     assert metrics[f"{SUITE}/gate/mean_reward_ge_0.3"] == 1.0

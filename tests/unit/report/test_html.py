@@ -19,8 +19,9 @@ from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.judge.stats import suite_stats
 from pytest_gym.report.html import build_report, embed_json, prompt_text, report_data
+from pytest_gym.runfolder.layout import SUMMARY_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter, write_aggregate_metrics
-from pytest_gym.runfolder.summary import SUMMARY_FILE, write_summary
+from pytest_gym.runfolder.summary import write_summary
 from tests.helpers.browser import click, console_errors, page_data, rows_shown
 from tests.helpers.paths import ROOT
 from tests.helpers.report_runs import Spec, make_run
@@ -154,7 +155,8 @@ def test_suite_numbers_come_from_the_summary_and_unknown_keys_are_shown_as_they_
         "pass_at": {"1": 0.6},
         "pass_hat": {"1": 0.6},
         "gates": {"mean_reward>=0.7": {"value": 0.6, "passed": False, "reason": "mean_reward = 0.6, required >= 0.7"}},
-        "totals": {"latency_s": 3.5, "calls": {"input": 50}},
+        "totals": {"trials": 5, "latency_p50_s": 0.25, "latency_max_s": 3.5, "latency_sum_s": 5.0, "retries": 2},
+        "custom": {"calls": {"input": 50}},
         "something_new": [1, 2],
     }
     r0, r1 = row(0), row(1)
@@ -165,11 +167,9 @@ def test_suite_numbers_come_from_the_summary_and_unknown_keys_are_shown_as_they_
     assert suite["numbers"]["source"] == "summary"
     assert suite["numbers"]["mean_reward"] == 0.6  # the run's verdict, not recomputed
     assert suite["failed"] is True
-    assert dict(map(tuple, suite["other"])) == {
-        "totals.latency_s": 3.5,
-        "totals.calls.input": 50,
-        "something_new": "[1,2]",
-    }
+    assert dict(map(tuple, suite["other"])) == {"custom.calls.input": 50, "something_new": "[1,2]"}
+    # the summary's totals, not recomputed and not listed again as "more"
+    assert {k: suite["totals"][k] for k in entry["totals"]} == entry["totals"]
     assert data["run"]["notes"] == ["hello"]
 
 
@@ -185,15 +185,17 @@ def test_without_a_summary_the_numbers_are_computed_from_the_rollouts(tmp_path: 
     assert any(SUMMARY_FILE in note for note in data["run"]["report_notes"])
 
 
-def test_totals_are_computed_from_the_rollouts(tmp_path: Path) -> None:
+def test_without_a_summary_the_totals_are_the_judges_on_the_rollouts(tmp_path: Path) -> None:
     r0 = row(0)
     latencies = [0.1, 0.2, 0.3, 0.4, 2.0]
     trials = [outcome(r0, 0, i, 1.0, latency=v, attempts=2 if i == 4 else 1) for i, v in enumerate(latencies)]
     trials.append(outcome(r0, 0, 5, None, latency=1.0, attempts=3))
     totals = report_data(write_run(tmp_path, trials))["suites"][0]["totals"]
-    assert totals["latency_s"] == {"trials": 6, "sum": 4.0, "mean": 0.6667, "p50": 0.3, "p95": 2.0, "max": 2.0}
-    assert totals["tokens"] == {"trials": 5, "input": 50, "output": 25, "total": 75}
-    assert totals["attempts"] == {"retried_trials": 2, "extra_attempts": 3}
+    latency = (totals["latency_sum_s"], totals["latency_p50_s"], totals["latency_p90_s"], totals["latency_max_s"])
+    assert latency == (4.0, 0.3, 2.0, 2.0)  # nearest-rank, as judge.totals computes them for a run
+    assert (totals["trials"], totals["trials_with_usage"]) == (6, 5)
+    assert (totals["input_tokens"], totals["output_tokens"], totals["total_tokens"]) == (50, 25, 75)
+    assert totals["retries"] == 3
 
 
 def test_a_gate_links_to_the_tasks_whose_own_value_fails_it_worst_first(tmp_path: Path) -> None:
@@ -464,3 +466,29 @@ def test_an_empty_run_folder_gives_a_page_that_says_so(tmp_path: Path) -> None:
     assert (data["suites"], data["tasks"]) == ([], [])
     html = build_report(tmp_path).read_text()
     assert "no trials and no summary" in html
+
+
+def test_every_figure_on_the_page_is_the_summarys(tmp_path: Path) -> None:
+    """The page computes no statistic of its own: the numbers, totals and gates equal the summary's, and the page
+    text shows the summary's latency percentiles (a 40-task x 4 run, a tenth of the trials errored)."""
+    run_dir = make_run(
+        tmp_path / "run",
+        [Spec(tasks=40, repeats=4, error_every=10, difficulty=[0.2 + 0.015 * i for i in range(40)])],
+        gates=["mean_reward>=0.9", "pass@4>=0.5"],
+    )
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    data = report_data(run_dir)
+    for suite in data["suites"]:
+        entry = summary["suites"][suite["name"]]
+        numbers = suite["numbers"]
+        for key in ("tasks", "trials", "errors", "error_rate", "mean_reward", "ci_low", "ci_high", "pass_at"):
+            assert numbers[key] == entry[key], key
+        assert suite["totals"] == entry["totals"]
+        assert {g["label"]: g["value"] for g in suite["gates"]} == {k: g["value"] for k, g in entry["gates"].items()}
+        assert suite["other"] == []  # nothing of the summary listed twice
+    page = build_report(run_dir).read_text()
+    totals = summary["suites"][data["suites"][0]["name"]]["totals"]
+    for q in ("p50", "p90", "p99"):
+        shown = f"{q} {totals[f'latency_{q}_s']:.3g}"
+        assert shown in page, shown
+    assert "p95" not in page

@@ -18,16 +18,8 @@ from typing import Any
 import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.runfolder.rollouts import (
-    AGGREGATE_FILE,
-    FAILURES_FILE,
-    MATERIALIZED_FILE,
-    ROLLOUTS_FILE,
-    RunFolderWriter,
-    aggregate_entry,
-    aggregate_request,
-    write_aggregate_metrics,
-)
+from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.rollouts import RunFolderWriter, aggregate_entry, aggregate_request, write_aggregate_metrics
 from tests.helpers.paths import ROOT
 from tests.helpers.run_records import AGENT, SERVER, faulted, request_for, rewarded
 

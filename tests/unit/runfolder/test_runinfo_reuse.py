@@ -9,8 +9,8 @@ import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE
-from pytest_gym.runfolder.runinfo import RUN_INFO_FILE, load_reusable, write_run_info
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.runinfo import load_reusable, write_run_info
 
 SETTINGS = GymSettings(agent="mcqa_simple_agent", policy="scripted", policy_answer="\\boxed{E}")
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, ServerInstance
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import STATE_FILE
 from pytest_gym.gym.trajectories import environment_servers
-from pytest_gym.runfolder.rollouts import ROLLOUTS_FILE, EnvironmentServer
-from pytest_gym.runner.run import ATTACHED_FILE, GymRun
+from pytest_gym.runfolder.layout import ATTACHED_FILE, ROLLOUTS_FILE, STATE_FILE
+from pytest_gym.runfolder.records import EnvironmentServer
+from pytest_gym.runner.run import GymRun
 
 RECORD = {"reward": 0.0, "agent_ref": {"name": "a"}, "_ng_task_index": 0, "_ng_rollout_index": 0}
 

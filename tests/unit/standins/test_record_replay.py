@@ -23,10 +23,9 @@ import pytest
 from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.process.groups import stop_supervised
+from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
 from pytest_gym.standins.cassette import (
-    CASSETTE_FILE,
     DEFAULT_IGNORE,
-    MISSES_FILE,
     Cassette,
     Recording,
     canonical_request,

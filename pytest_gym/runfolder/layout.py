@@ -1,0 +1,68 @@
+"""Every file of a run folder, named once: Gym's own four, pytest-gym's records, logs and coordination files.
+
+A run folder is ``.pytest_gym/runs/<stamp>/`` (or ``--gym-run-dir``); Gym's tools read its first four files
+as their own. Everything else that reads or writes a run folder takes the names from here.
+"""
+
+from __future__ import annotations
+
+# -- Gym's layout (what `gym eval run -o D/rollouts.jsonl` writes) ----------------------------------------------
+ROLLOUTS_FILE = "rollouts.jsonl"
+FAILURES_FILE = "rollouts_failures.jsonl"
+MATERIALIZED_FILE = "rollouts_materialized_inputs.jsonl"
+AGGREGATE_FILE = "rollouts_aggregate_metrics.json"
+#: Gym's model-call captures (``--gym-trajectories``), one file per rollout.
+CAPTURE_DIR = "model_calls"
+
+# -- pytest-gym's records ---------------------------------------------------------------------------------------
+#: What the rollouts depended on (the resume/merge basis), a shard's part and datasets.
+RUN_INFO_FILE = "pytest_gym_run.json"
+#: Every suite's numbers, gates and baseline comparison (``SuiteSummary``).
+SUMMARY_FILE = "pytest_gym_summary.json"
+REPORT_FILE = "report.html"
+#: Gym's own aggregate metrics for each benchmark suite.
+BENCHMARK_METRICS_FILE = "gym_benchmark_metrics.json"
+#: --gym-rescore: the re-verified answers, and what the rescore moved.
+RESCORED_FILE = "rescored.jsonl"
+RESCORE_INFO_FILE = "rescore.json"
+#: --gym-rescore: the empty cassette Gym's model points at (a replay server that refuses every call).
+NO_MODEL_CASSETTE = "rescore_no_model.jsonl"
+#: Recorded model calls (--gym-policy record) and the calls a replay could not answer.
+CASSETTE_FILE = "cassette.jsonl"
+MISSES_FILE = "replay_misses.jsonl"
+
+# -- logs -------------------------------------------------------------------------------------------------------
+GYM_LOG = "gym_env.log"
+PREPARE_LOG = "gym_prepare.log"
+POLICY_LOG = "policy.log"
+RECORDER_LOG = "recorder.log"
+
+# -- coordination between the processes of one run --------------------------------------------------------------
+#: The deployment this run started or attached to (any process reads it; the owner stops it).
+STATE_FILE = "deployment.json"
+DEPLOYMENT_LOCK = ".deployment.lock"
+BENCHMARKS_LOCK = ".benchmarks.lock"
+#: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
+ATTACHED_FILE = "attached.json"
+#: When a run with --gym-run-timeout started (seconds since the epoch): xdist workers read the owner's.
+RUN_STARTED_FILE = "run_started"
+#: Trials that errored, counted across processes (--gym-max-errors).
+ERRORS_FILE = ".errors"
+#: One claim file per trial under xdist.
+BOARD_DIR = ".xdist-trials"
+POLICY_PORT_FILE = "policy.port"
+RECORDER_PORT_FILE = "recorder.port"
+
+#: Run-folder files handed to exporters (the ones that exist).
+EXPORTED_FILES = (
+    ROLLOUTS_FILE,
+    FAILURES_FILE,
+    MATERIALIZED_FILE,
+    AGGREGATE_FILE,
+    SUMMARY_FILE,
+    REPORT_FILE,
+    GYM_LOG,
+    PREPARE_LOG,
+    BENCHMARK_METRICS_FILE,
+    POLICY_LOG,
+)
