@@ -20,8 +20,8 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE, SUMMARY_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter
 from pytest_gym.runfolder.runinfo import dataset_entries, file_sha256, write_run_info
+from tests.helpers.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "expected_answer": "B"}
 DEEP = b"[" * 200_000 + b"\n"
 
