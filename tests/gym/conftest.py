@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_gym.core.pids import pid_alive
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import start_deployment, stop_started
-from pytest_gym.process.groups import spawn_supervised, stop_supervised
+from pytest_gym.process.groups import log_tail, spawn_supervised, stop_supervised
 from tests.helpers.realgym import RealGym, need_gym
 
 HERE = Path(__file__).parent
@@ -69,8 +70,9 @@ def shared_ray(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     try:
         deadline = time.monotonic() + 180
         while not (address.is_file() and address.read_text()):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the shared Ray cluster did not start in 180 s; log {folder / 'ray.log'}")
+            if time.monotonic() > deadline or not pid_alive(holder.pid):
+                log = folder / "ray.log"
+                pytest.fail(f"the shared Ray cluster did not start; {log}:\n{log_tail(log)}")
             time.sleep(0.1)
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("RAY_ADDRESS", address.read_text())
