@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers.paths import ROOT
+
 MARK = "PYTEST_GYM_REAPER_MARK"
 #: The issue's bound: nothing of the run is alive this many seconds after the kill.
 GONE_S = 10.0
