@@ -7,7 +7,7 @@
 # The main run uses .venvs/dev: Python 3.13 and the newest pytest (the newest supported setup), 2 test
 # processes (TEST_WORKERS=N to change; -p no:xdist or -n 0 after the command for one).
 # The test order is shuffled (pytest-randomly): the seed is printed first; SEED=N repeats an order,
-# -p no:randomly keeps file order.
+# -p no:randomly keeps file order. Each run ends with its 15 slowest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +26,9 @@ for arg in "$@"; do
 done
 
 # run_on NAME VERSION PIP-REQUIREMENTS...: a venv .venvs/NAME with the plugin (editable), its test tools and
-# the given pins, then the tests that need no Gym.
+# the given pins, then the tests that need no Gym: tests/unit (every module on that Python, cheap) and
+# tests/session (the plugin driven through that pytest, where pytest versions differ; most of the time).
+# tests/gym runs on the main setup only: Gym itself runs on its own Python 3.13 whatever runs pytest.
 run_on() {
   local name=$1 version=$2 python venv=.venvs/$1 uv
   shift 2
