@@ -13,7 +13,7 @@ the survey-statistics method for proportions from clustered samples):
   trials). Fractional rewards have no upper cap: a reward of partial credit varies less than a
   pass/fail one of the same mean, so a trial can be worth more than one pass/fail trial (the cap
   made their interval 1.8-2.3x a cluster bootstrap's; without it coverage stays >= 0.95 in
-  tests/test_coverage.py's simulations). One task or no spread (all pass, all fail, all equal)
+  tests/unit/judge/test_interval_coverage.py's simulations). One task or no spread (all pass, all fail, all equal)
   gets the lower end: wide, never a point; and no run with a failure gets a higher lower bound
   than all passing (nor, mirrored, for the upper bound).
 * so ``ci_low`` can never exceed 0.025**(1 / Kish effective tasks), 0.025**(1 / tasks) with
@@ -23,7 +23,7 @@ the survey-statistics method for proportions from clustered samples):
 
 Why: a t-interval leaves [0, 1] and collapses at zero spread; Wilson and Jeffreys undercover
 near 0 and 1 at small n, where gates such as ``ci_low >= 0.95`` sit; Clopper-Pearson is
-conservative there. tests/test_coverage.py computes the exact coverage for pass/fail rewards
+conservative there. tests/unit/judge/test_interval_coverage.py computes the exact coverage for pass/fail rewards
 (every outcome enumerated: up to 30 tasks, 1-5 repeats, a grid of means and task heterogeneity)
 and simulates it for 1-300 tasks, 1-8 repeats, pass/fail and fractional rewards.
 """

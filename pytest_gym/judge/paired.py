@@ -193,7 +193,7 @@ def min_pairs(tolerance: float = 0.0, alpha: float = ALPHA) -> int | None:
 def _exact_thresholds(n: int, order: float, z_obs: float) -> tuple[int, ...]:
     """For each count N of changed tasks, the fewest drops v (of N) whose score is at most ``z_obs``; N + 1: none.
 
-    Tango's score at ``order`` falls with every drop for fixed N (tests/test_paired.py checks it), so each
+    Tango's score at ``order`` falls with every drop for fixed N (tests/unit/judge/test_paired.py checks it), so each
     N's outcomes as extreme as the observed one are v >= threshold; walking N up moves it a step or two.
     """
     limit = z_obs + 1e-9 * (1.0 + abs(z_obs)) if math.isfinite(z_obs) else z_obs
