@@ -8,7 +8,8 @@ On SIGINT it takes ``FAKE_GYM_STOP_S`` seconds to stop, like Gym's slow shutdown
 ``FAKE_GYM_ORPHAN=1`` its child ignores SIGINT and is left behind, so only a signal to the whole group
 stops it. ``FAKE_GYM_RUN_S`` makes each ``/run`` take that long; ``FAKE_GYM_ENV_NAMES`` (comma-separated)
 records digests of those variables, ``FAKE_GYM_ECHO`` prints their values to the log. With ``FAKE_GYM_FAIL=1``
-it prints a pydantic error, 70 lines of noise and exits 1.
+it prints a pydantic error, 70 lines of noise and exits 1. With ``FAKE_GYM_PORT_RACE=N`` its first N starts
+fail as Gym does when a port it picked is taken before its server binds it (counted in ``starts``).
 Every process of a test run carries ``PYTEST_GYM_TEST_MARK`` in its environment (tests/helpers/processes.py).
 """
 
@@ -42,6 +43,15 @@ print("fake gym: starting", flush=True)
 for name in os.environ.get("FAKE_GYM_ECHO", "").split(","):
     if name:
         print(f"fake gym: {name} is {os.environ.get(name)}", flush=True)  # a Gym that echoes a secret
+races = int(os.environ.get("FAKE_GYM_PORT_RACE") or 0)
+if races:
+    with open(os.path.join(record, "starts")) as fh:
+        started = len(fh.readlines())
+    if started <= races:
+        print("(policy_model) ERROR:    [Errno 98] error while attempting to bind on address "
+              "('127.0.0.1', 18249): address already in use", flush=True)
+        print("RuntimeError: Process `policy_model` finished unexpectedly!", flush=True)
+        sys.exit(1)
 if os.environ.get("FAKE_GYM_FAIL"):
     print("Traceback (most recent call last):")
     print('  File "nemo_gym/global_config.py", line 1, in parse')

@@ -68,3 +68,30 @@ def test_a_start_error_quotes_the_first_error_line_of_the_log(
             "ServerConfig / entrypoint / Field required*",
         ]
     )
+
+
+@pytest.mark.parametrize(("races", "outcome"), [(2, "passed"), (3, "errors")])
+def test_a_port_taken_while_gym_starts_starts_it_again_twice_at_most(
+    pytester: pytest.Pytester, fake: Path, monkeypatch: pytest.MonkeyPatch, races: int, outcome: str
+) -> None:
+    """Gym picks its servers' ports at random where Ray's workers also bind: a lost race is started again."""
+    monkeypatch.setenv("FAKE_GYM_PORT_RACE", str(races))
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_up=HOLD)
+    result = pytester.runpytest(*start_args(fake))
+    result.assert_outcomes(**{outcome: 1})
+    assert (pytester.path / "record" / "starts").read_text() == "start\n" * 3
+    log = (pytester.path / "run" / "gym_env.log").read_text()
+    assert log.count("pytest-gym: a port Gym picked was taken before its server bound it") == 2
+    if outcome == "errors":
+        result.stdout.fnmatch_lines(["*first error in the log: *address already in use*"])
+
+
+def test_a_start_that_fails_otherwise_is_not_started_again(
+    pytester: pytest.Pytester, fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_GYM_FAIL", "1")
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_up=HOLD)
+    pytester.runpytest(*start_args(fake)).assert_outcomes(errors=1)
+    assert "starting Gym again" not in (pytester.path / "run" / "gym_env.log").read_text()
