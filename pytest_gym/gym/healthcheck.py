@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_gym.core.masking import clean_text
@@ -43,8 +44,9 @@ if line.strip():
 class HealthCheck:
     """One helper process in Gym's interpreter that runs Gym's health checks on a run folder, once."""
 
-    def __init__(self, python: Path, run_dir: Path) -> None:
+    def __init__(self, python: Path, run_dir: Path, env: Mapping[str, str] | None = None) -> None:
         self.python = python
+        self.env = None if env is None else dict(env)  # Gym's code gets no --gym-header variable
         self.run_dir = run_dir
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -53,6 +55,7 @@ class HealthCheck:
         self.proc = subprocess.Popen(
             [str(self.python), "-c", _HELPER],
             cwd=self.run_dir,  # Gym's imports may write into the working folder: the run folder's
+            env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -118,8 +118,9 @@ class Finalizer:
     are unobserved rather than "missing captured call".
     """
 
-    def __init__(self, python: Path, folder: Path | None, cwd: Path) -> None:
+    def __init__(self, python: Path, folder: Path | None, cwd: Path, env: Mapping[str, str] | None = None) -> None:
         self.python = python
+        self.env = None if env is None else dict(env)
         self.folder = folder
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
@@ -129,6 +130,7 @@ class Finalizer:
         self.proc = subprocess.Popen(
             [str(self.python), "-c", _HELPER, str(self.folder) if self.folder is not None else ""],
             cwd=self.cwd,  # Gym's imports may write into the working folder: the run folder's, not the user's
+            env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -11,17 +11,18 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gym.core.access import GymAccess, access_hint
+from pytest_gym.core.access import GymAccess, access_hint, without_header_variables
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.core.masking import Masker, clean_text
+from pytest_gym.core.masking import POLICY_KEY_ENV, Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
@@ -265,6 +266,12 @@ class GymRun:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
             return None
 
+    def _gym_env(self) -> dict[str, str]:
+        """The environment of a process running Gym's code: ours without the --gym-header variables."""
+        return without_header_variables(
+            os.environ, self.settings.header, keep=(POLICY_KEY_ENV, *self.settings.secret_env)
+        )
+
     def start_health_check(self) -> None:
         """Owner: start Gym's health-check helper now, so its imports overlap the trials (``--gym-health-check``)."""
         if not self.owner or self.settings.health_check != "on" or self.health_helper is not None:
@@ -274,7 +281,7 @@ class GymRun:
             return  # said at the end, where it matters
         from pytest_gym.gym.healthcheck import HealthCheck
 
-        self.health_helper = HealthCheck(python, self.run_dir)
+        self.health_helper = HealthCheck(python, self.run_dir, self._gym_env())
         try:
             self.health_helper.start()
         except OSError:
@@ -300,7 +307,7 @@ class GymRun:
                 return {}, why
             from pytest_gym.gym.healthcheck import HealthCheck
 
-            helper = HealthCheck(python, self.run_dir)
+            helper = HealthCheck(python, self.run_dir, self._gym_env())
         try:
             counts = helper.run(len(rollouts))
         except (OSError, RuntimeError) as exc:
@@ -328,7 +335,7 @@ class GymRun:
         if python is None:
             return  # said at the end, where it matters
         folder = capture_dir(self.run_dir) if self.settings.starts_gym else None  # attached: no captures of ours
-        self.finalizer = Finalizer(python, folder, self.run_dir)
+        self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
         try:
             self.finalizer.start()
         except OSError as exc:
@@ -390,7 +397,7 @@ class GymRun:
                     "records kept as Gym answered"
                 )
                 return
-            self.finalizer = Finalizer(python, folder, self.run_dir)
+            self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
         self.finalizer.finalize(self.run_dir, environment_servers(endpoint))
         if attached:
             self.notes.append(attached)
@@ -419,7 +426,7 @@ class GymRun:
             try:
                 url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
                 body = json.dumps(aggregate_request_from_records(group)).encode()
-                headers, context = self.access.headers, self.access.ssl_context
+                headers, context = self.access.headers_for(url), self.access.ssl_context
                 status, data = fetch("POST", url, body, 120, headers=headers, ssl_context=context)
                 if status >= 400:
                     raise FetchError(f"HTTP {status}: {data[:200].decode('utf-8', 'replace')}")
