@@ -62,18 +62,23 @@ def _keywords(task: Task, names: frozenset[str]) -> set[str]:
     return found
 
 
-def raise_fault(outcome: TrialOutcome) -> None:
+def raise_fault(outcome: TrialOutcome, trace_url: str | None = None) -> None:
     """Fail the setup phase: the trial is reported as an error, not a failure."""
-    pytest.fail(fault_message(outcome), pytrace=False)
+    pytest.fail(fault_message(outcome, trace_url), pytrace=False)
 
 
 def check_reward(
-    outcome: TrialOutcome, min_reward: float, reward_key: str, xfail: bool = False, record: str | None = None
+    outcome: TrialOutcome,
+    min_reward: float,
+    reward_key: str,
+    xfail: bool = False,
+    record: str | None = None,
+    trace_url: str | None = None,
 ) -> None:
     """Fail a low reward; with ``--gym-verdict gate`` report it as xfail (only gates decide)."""
     assert outcome.reward is not None, "check_reward needs a finished rollout"
     if outcome.reward < min_reward:
-        message = failure_message(outcome, min_reward, reward_key, record)
+        message = failure_message(outcome, min_reward, reward_key, record, trace_url)
         if xfail:
             pytest.xfail(message)
         pytest.fail(message, pytrace=False)
@@ -88,7 +93,9 @@ def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None
         record = (
             f"{session.run_dir / ROLLOUTS_FILE} (_ng_task_index={spec.task_index}, _ng_rollout_index={spec.repeat})"
         )
-    check_reward(gym_rollout, spec.min_reward, spec.reward_key, xfail=spec.xfail_low, record=record)
+    check_reward(
+        gym_rollout, spec.min_reward, spec.reward_key, xfail=spec.xfail_low, record=record, trace_url=spec.trace_url
+    )
 
 
 class GymTrial(pytest.Function):
@@ -127,6 +134,7 @@ class GymDatasetFile(pytest.File):
     xfail_low: bool = False
     keyword_fields: tuple[str, ...] = DEFAULT_KEYWORD_FIELDS
     marker_field: str | None = None
+    trace_url: str | None = None
     #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
     shard: Shard | None = None
     dataset_path: Path
@@ -147,6 +155,7 @@ class GymDatasetFile(pytest.File):
         self.xfail_low = settings.verdict == "gate"
         self.keyword_fields = settings.keyword_field or DEFAULT_KEYWORD_FIELDS
         self.marker_field = settings.marker_field
+        self.trace_url = settings.trace_url
         self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
 
     def collect(self) -> Iterable[GymTrial]:
@@ -160,11 +169,13 @@ class GymDatasetFile(pytest.File):
                 "add jsonl rows, or remove it from --gym-dataset / gym_dataset",
             )
         self._warn_duplicates(tasks)
+        session = current_session(self.config)
+        offset = session.suites.task_offset(self.dataset_path) if session is not None else 0
         fixtureinfo = None
         marks: dict[str, pytest.MarkDecorator] = {}
         for index, task in enumerate(tasks):
             if self.shard is not None and not self.shard.holds(task.hash):
-                continue  # another job's task; its index stays the dataset's (Gym's _ng_task_index)
+                continue  # another job's task; its index stays the run's (Gym's _ng_task_index)
             task_marks = self._marks(task, marks) if self.marker_field and task.packed_fields else ()
             for repeat in range(self.repeats):
                 name = f"{task.short_hash}[r{repeat}]"
@@ -174,12 +185,13 @@ class GymDatasetFile(pytest.File):
                 item.spec = TrialSpec(
                     nodeid=item.nodeid,
                     task=task,
-                    task_index=index,
+                    task_index=offset + index,
                     repeat=repeat,
                     agent=self.agent,
                     min_reward=self.min_reward,
                     reward_key=self.reward_key,
                     xfail_low=self.xfail_low,
+                    trace_url=self.trace_url,
                 )
                 fixtureinfo = item._fixtureinfo  # one resolution per file, as pytest does for parametrize
                 yield item

@@ -35,16 +35,12 @@ from pytest_gym.judge.summary import RunSummary
 from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
-from pytest_gym.report.terminal import write_section
+from pytest_gym.report.terminal import run_lines, write_section
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
-from pytest_gym.runfolder.layout import (
-    EXPORTED_FILES,
-    RUN_INFO_FILE,
-    RUN_STARTED_FILE,
-)
+from pytest_gym.runfolder.layout import EXPORTED_FILES, RUN_STARTED_FILE
 from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
-from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
+from pytest_gym.runfolder.runinfo import dataset_entries
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import write_summary
 from pytest_gym.runner.plan import PlanError, RunPlan, build_plan
@@ -175,22 +171,10 @@ class GymSession:
         config.pluginmanager.register(session, SESSION_PLUGIN)
         session._install_sigterm()
         if owner and plan.shard is not None and not config.option.collectonly:
-            session._write_shard_info()
+            session.run.write_shard_info(
+                str(plan.shard), dataset_entries(plan.settings.dataset, config.rootpath), config.rootpath
+            )
         return session
-
-    def _write_shard_info(self) -> None:
-        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
-        settings = self.settings
-        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
-        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
-        write_run_info(
-            self.run_dir,
-            settings,
-            shard=str(self.shard),
-            repeats=settings.repeats,
-            datasets=dataset_entries(settings.dataset, self.config.rootpath),
-            rootdir=str(self.config.rootpath),
-        )
 
     def _configured_exporters(self) -> list[Exporter]:
         if not self.settings.export and not self.settings.export_opt:
@@ -258,8 +242,11 @@ class GymSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
-        if self.owner and self.progress.total and not self.config.option.collectonly:
-            self.run.start_trajectories()
+        if self.progress.total and not self.config.option.collectonly:
+            self._step("recording the task ranges", self.suites.record_task_ranges)
+            if self.owner:
+                self.run.start_trajectories()
+                self.run.start_health_check()
 
     # -- re-scoring an earlier run -------------------------------------------------------------------
 
@@ -342,11 +329,11 @@ class GymSession:
                 item.user_properties.extend(exc.fault.to_properties())
             message = exc.message
         else:
-            item.user_properties.extend(outcome.to_properties())
+            item.user_properties.extend(outcome.to_properties(item.spec.trace_url))
             if outcome.ok:
                 return outcome
             self._errors.add()
-            raise_fault(outcome)
+            raise_fault(outcome, item.spec.trace_url)
         pytest.fail(message, pytrace=False)  # outside the except block: no chained traceback in the report
 
     def _run_deadline(self) -> float | None:
@@ -472,6 +459,9 @@ class GymSession:
                 self.add_note(note)
         else:
             entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
+        if self.settings.health_check == "on":  # after the trajectory step: Gym's checks read its records
+            results.health_on = True
+            results.apply_health(self._step("Gym's health checks", self._health_checks) or {})
         self._collect_run_notes()
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
@@ -486,7 +476,7 @@ class GymSession:
         suites = {v.suite: v.summary() for v in verdicts}
         for suite, (labels, _) in deferred.items():
             suites[suite].gates_deferred = dict.fromkeys(labels, self.deferred or "")
-        summary = RunSummary(run_dir=str(self.run_dir), suites=suites, notes=list(self.notes))
+        summary = RunSummary(run_dir=str(self.run_dir), suites=suites, notes=list(self.notes), **self._run_extras())
         if self.shard is not None:
             summary.shard, summary.verdicts = str(self.shard), "deferred" if self.deferred else "judged"
         if self.merged is not None:
@@ -525,6 +515,15 @@ class GymSession:
             self.add_note(note)
         self.run.notes.clear()
 
+    def _health_checks(self) -> dict[tuple[str, str, int], tuple[str, tuple[str, ...]]]:
+        assert self.results is not None
+        verdicts, self.results.health_note = self.run.health_checks()
+        return verdicts
+
+    def _run_extras(self) -> dict[str, Any]:
+        """What the summary says of the run beyond its suites: the trace link template, the rate limits met."""
+        return {"trace_url": self.settings.trace_url, "concurrency": self.run.concurrency_summary()}
+
     def _postprocess_junit(self, session: pytest.Session) -> None:
         """Suite results into the JUnit file; a file that cannot be made valid fails the run (masked as text)."""
         xmlpath = getattr(self.config.option, "xmlpath", None)
@@ -532,7 +531,8 @@ class GymSession:
             return
         suites = {name: flat_properties(suite) for name, suite in (self.summary.suites if self.summary else {}).items()}
         try:
-            postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True)
+            health = self.results.health_properties() if self.results is not None else {}
+            postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True, case_properties=health)
         except JUnitUnusable as exc:
             self.add_note(str(exc))
             if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -582,7 +582,7 @@ class GymSession:
             self.exports,
             self.settings.baseline,
             deferred=(self.deferred, self.deferred_gates) if self.deferred else None,
-            extra=self.suites.gym_metric_lines,
+            extra=[*self.suites.gym_metric_lines, *run_lines(self.summary)],
         )
         return result
 

@@ -24,6 +24,7 @@ from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import SuiteVerdict
 from pytest_gym.runfolder.layout import BENCHMARK_METRICS_FILE
+from pytest_gym.runfolder.runinfo import TaskRanges, record_task_ranges
 from pytest_gym.runner.plan import PlanError, gates_of
 from pytest_gym.suitefile import suite_settings
 
@@ -64,6 +65,23 @@ class Suites:
         self.benchmark_suites: dict[str, tuple[str, str | None]] = {}
         #: Gym's own metrics of each benchmark suite, for the terminal.
         self.gym_metric_lines: list[str] = []
+        #: Each dataset's range of ``_ng_task_index`` (the run's datasets first, in their order).
+        self.task_ranges = TaskRanges()
+
+    def task_offset(self, dataset: Path) -> int:
+        """The first ``_ng_task_index`` of ``dataset``'s tasks in this run (see ``TaskRanges``)."""
+        from pytest_gym.core.dataset import count_rows
+
+        ranges = self.task_ranges
+        if dataset not in ranges:
+            for known in (*self.settings.dataset, *self.benchmark_files):
+                if known not in ranges and Path(known).is_file():
+                    ranges.start(Path(known), count_rows(Path(known)))
+        return ranges.start(dataset, count_rows(dataset))
+
+    def record_task_ranges(self) -> None:
+        """Write the ranges of the datasets this process collected into the run info."""
+        record_task_ranges(self.run_dir, self.task_ranges.entries(self.config.rootpath))
 
     def benchmark_dataset(self, name: str, settings: GymSettings, data: str | None, where: str) -> Path:
         """A benchmark suite's prepared data (prepared now if needed); its servers join the run's Gym."""

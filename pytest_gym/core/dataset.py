@@ -143,6 +143,16 @@ def iter_rows(path: Path) -> Iterator[tuple[int, int, bytes]]:
             offset += len(raw)
 
 
+def count_rows(path: Path) -> int:
+    """The dataset's rows (non-blank lines), read in blocks: the size of its ``_ng_task_index`` range in a run."""
+    rows = 0
+    with path.open("rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                rows += 1
+    return rows
+
+
 _UNIT, _RECORD = "\x1f", "\x1e"  # ASCII unit and record separators: between name and value, between fields
 
 

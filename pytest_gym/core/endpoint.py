@@ -9,6 +9,9 @@ from pytest_gym.core.pids import pid_alive, process_start_time
 
 AGENT_TYPE = "responses_api_agents"
 ENVIRONMENT_TYPE = "environment_servers"
+#: Gym's next server type for ``/run`` (in Gym's main, not in 0.7.0): a processor serving ``/run`` takes rows
+#: as an agent does (Gym PR #3100 calls it ``processors``; its milestone issue ``episode_processors``).
+PROCESSOR_TYPES = frozenset({"processors", "episode_processors"})
 
 
 class GymError(Exception):
@@ -44,7 +47,8 @@ class GymEndpoint:
 
     @property
     def agents(self) -> list[str]:
-        return sorted(s.process_name for s in self.servers if s.server_type == AGENT_TYPE)
+        """Where rows can go: the agents, and the processors that serve ``/run``."""
+        return sorted({s.process_name for s in self.servers if s.server_type == AGENT_TYPE} | set(self.run_routes))
 
     def route_for(self, agent: str) -> str:
         """The ``/run`` URL Gym's collector uses for ``agent``: its environment server, else the agent."""

@@ -312,6 +312,35 @@ SPECS += (
     ),
 )
 
+# -- Gym-native depth: rollout health, traces, rate limits, Gym's next shapes (issue 25) ----------
+SPECS += (
+    Spec(
+        "health_check",
+        "'on' (default): every answer is checked as it comes (no completion tokens, a hollow turn, a failed model "
+        "call are errors naming Gym's check) and Gym's own health checks run on the run folder at the end, in "
+        "Gym's interpreter (gate metrics health_clean_rate, unhealthy_trials); 'off'",
+        choices=("on", "off"),
+    ),
+    Spec(
+        "trace_url",
+        "link to a trial's trace, with {trace_id} (e.g. https://jaeger.example/trace/{trace_id}): in failure "
+        "messages, JUnit properties and the report (every /run carries a W3C traceparent, one trace per trial)",
+        metavar="TEMPLATE",
+    ),
+    Spec("tracestate", "W3C tracestate sent with every /run beside its traceparent (key=value,...)", metavar="TEXT"),
+    Spec(
+        "concurrency_adaptive",
+        "'on' (default): on HTTP 429/503 the run's concurrency limit halves and then grows back by one per "
+        "window up to --gym-concurrency, shared by all xdist workers; 'off': a fixed --gym-concurrency",
+        choices=("on", "off"),
+    ),
+    Spec(
+        "agent_type",
+        "agent (NAME or NAME/FLAVOR) that runs the benchmarks and environments Gym starts (`--agent-type`)",
+        metavar="NAME",
+    ),
+)
+
 SPEC_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}
 
 

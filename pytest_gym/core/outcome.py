@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_gym.core.dataset import Task
 from pytest_gym.core.numbers import is_int
+from pytest_gym.core.tracing import trace_link
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class TrialSpec:
     min_reward: float = 1.0
     reward_key: str = "reward"
     xfail_low: bool = False
+    #: --gym-trace-url: the template of a link to the trial's trace (``{trace_id}``).
+    trace_url: str | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -67,6 +70,10 @@ class TrialOutcome:
     reused: bool = False
     #: --gym-rescore: the reward is the current verifier's verdict on an earlier run's saved answer.
     rescored: bool = False
+    #: The W3C trace id every ``/run`` of this trial carried (its ``traceparent``).
+    trace_id: str | None = None
+    #: Gym's health checks that found this trial's evidence broken (codes such as ``agent_turn_hollow``).
+    health: tuple[str, ...] = ()
 
     @classmethod
     def for_spec(cls, spec: TrialSpec, **fields: Any) -> TrialOutcome:
@@ -84,8 +91,9 @@ class TrialOutcome:
     def ok(self) -> bool:
         return self.error is None
 
-    def to_properties(self) -> list[tuple[str, object]]:
-        """Builtins-only ``user_properties``: they travel through xdist and into JUnit."""
+    def to_properties(self, trace_url: str | None = None) -> list[tuple[str, object]]:
+        """Builtins-only ``user_properties``: they travel through xdist and into JUnit (``trace_url``: the
+        template of a link to the trial's trace)."""
         props: list[tuple[str, object]] = [
             (TRIAL_MARK, self.task_hash),
             ("gym_repeat", self.repeat),
@@ -104,6 +112,13 @@ class TrialOutcome:
             props.append(("gym_reused", True))
         if self.rescored:
             props.append(("gym_rescored", True))
+        if self.trace_id:
+            props.append(("gym_trace_id", self.trace_id))
+            link = trace_link(trace_url, self.trace_id)
+            if link:
+                props.append(("gym_trace_url", link))
+        if self.health:
+            props.append(("gym_health", ",".join(self.health)))
         return props
 
     def to_json(self) -> dict[str, Any]:
@@ -115,6 +130,7 @@ class TrialOutcome:
         """The outcome ``to_json`` described (unknown keys are ignored, so older files still read)."""
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
         known["tokens"] = dict(known.get("tokens") or {})
+        known["health"] = tuple(str(code) for code in known.get("health") or ())
         return cls(**known)
 
 
@@ -176,7 +192,20 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
         tokens=tokens,
         reused=props.get("gym_reused") is True,
         rescored=props.get("gym_rescored") is True,
+        trace_id=_trace_id(props.get("gym_trace_id")),
+        health=_codes(props.get("gym_health")),
     )
+
+
+def _trace_id(value: object) -> str | None:
+    return value if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{32}", value) else None
+
+
+def _codes(value: object) -> tuple[str, ...]:
+    """Health-check codes of a ``gym_health`` property: identifiers only, a bounded number."""
+    if not isinstance(value, str):
+        return ()
+    return tuple(code for code in value.split(",")[:32] if re.fullmatch(r"[a-z][a-z0-9_]{0,80}", code))
 
 
 def token_usage(answer: dict[str, Any]) -> dict[str, int]:

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pytest_gym.core.access import HOW_TO_PASS_HEADERS, GymAccess, gym_access, header_problem, origin
 from pytest_gym.core.masking import POLICY_KEY_ENV, mask_secrets
 from pytest_gym.core.options import SPECS, Spec
+from pytest_gym.core.tracing import trace_url_problem, tracestate_problem
 
 
 class GymSettings(BaseModel):
@@ -92,6 +93,12 @@ class GymSettings(BaseModel):
     header: tuple[str, ...] = Field((), description="NAME=ENVVAR")
     header_origin: tuple[str, ...] = ()
     ca_file: str | None = None
+    # -- Gym-native depth (issue 25)
+    health_check: Literal["on", "off"] = "on"
+    trace_url: str | None = None
+    tracestate: str | None = None
+    concurrency_adaptive: Literal["on", "off"] = "on"
+    agent_type: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$")
 
     @property
     def starts_gym(self) -> bool:
@@ -128,6 +135,22 @@ class GymSettings(BaseModel):
         problem = value and url_credentials(value)
         if problem:
             raise ValueError(f"holds a credential ({problem}); {HOW_TO_PASS_KEYS}")
+        return value
+
+    @field_validator("trace_url")
+    @classmethod
+    def _trace_url(cls, value: str | None) -> str | None:
+        problem = value and (trace_url_problem(value) or url_credentials(value))
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("tracestate")
+    @classmethod
+    def _tracestate(cls, value: str | None) -> str | None:
+        problem = value and tracestate_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("env")

@@ -129,6 +129,8 @@ def metrics_of(suites: Mapping[str, SuiteSummary]) -> dict[str, float]:
             put(suite, f"gate/{label}/value", gate.value)
         put(suite, "flaky_rate", m.flaky_rate)
         put(suite, "flaky", len(m.flaky_tasks))
+        put(suite, "health_clean_rate", m.health_clean_rate)
+        put(suite, "unhealthy_trials", m.unhealthy_trials)
         if m.totals is not None:
             for key in _TOTALS:
                 put(suite, f"totals/{key}", getattr(m.totals, key))

@@ -23,6 +23,7 @@ from pytest_gym.exporters.api import (
 from pytest_gym.exporters.github import GithubExporter
 from pytest_gym.exporters.mlflow import MlflowExporter
 from pytest_gym.exporters.summary import SummaryExporter
+from pytest_gym.exporters.wandb import WandbExporter
 
 
 class ExporterRegistry(dict[str, type[Exporter]]):
@@ -38,7 +39,7 @@ class ExporterRegistry(dict[str, type[Exporter]]):
 
 
 def _builtin_exporters() -> list[type[Exporter]]:
-    return [SummaryExporter, MlflowExporter, GithubExporter]
+    return [SummaryExporter, MlflowExporter, GithubExporter, WandbExporter]
 
 
 def _class_problem(obj: Any) -> str | None:

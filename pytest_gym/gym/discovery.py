@@ -10,7 +10,14 @@ import json
 from typing import Any
 
 from pytest_gym.core.access import GymAccess, access_hint, downgrade_problem
-from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
+from pytest_gym.core.endpoint import (
+    AGENT_TYPE,
+    ENVIRONMENT_TYPE,
+    PROCESSOR_TYPES,
+    GymEndpoint,
+    GymError,
+    ServerInstance,
+)
 from pytest_gym.core.masking import clean_text, strip_control
 from pytest_gym.core.numbers import is_int
 from pytest_gym.gym.trajectories import attached_capture_dir
@@ -95,6 +102,27 @@ def parse_server_instances(instances: Any, head_url: str) -> list[ServerInstance
     return servers
 
 
+#: The largest OpenAPI document read from a processor (a server's routes, far below).
+_MAX_OPENAPI_BYTES = 4 << 20
+
+
+def serves_run(url: str, timeout: float, access: GymAccess) -> bool:
+    """Whether the server at ``url`` serves ``POST /run``, from its OpenAPI document (Gym's servers are FastAPI
+    apps, which publish one at ``/openapi.json``); False when it cannot be read."""
+    from pytest_gym.rollout.http import FetchError, fetch
+
+    try:
+        status, data = fetch(
+            "GET", f"{url}/openapi.json", timeout=timeout, headers=access.headers, ssl_context=access.ssl_context,
+            max_body=_MAX_OPENAPI_BYTES,
+        )  # fmt: skip
+        paths = json.loads(data).get("paths") if status == 200 else None
+    except (FetchError, ValueError, RecursionError, AttributeError):
+        return False
+    route = paths.get("/run") if isinstance(paths, dict) else None
+    return isinstance(route, dict) and "post" in route
+
+
 def discover(head_url: str, timeout: float = 10.0, access: GymAccess | None = None) -> GymEndpoint:
     """Ask a running head server for its servers and how rows reach each agent (with ``access``'s headers/TLS)."""
     import yaml  # imported when used: pytest start-up is paid by every run and every xdist worker
@@ -144,6 +172,8 @@ def discover(head_url: str, timeout: float = 10.0, access: GymAccess | None = No
     by_name = {s.process_name: s for s in servers}
     routes: dict[str, str] = {}
     for server in servers:
+        if server.server_type in PROCESSOR_TYPES and serves_run(server.url, timeout, access):
+            routes[server.process_name] = server.url + "/run"
         if server.server_type != AGENT_TYPE:
             continue
         env_name = env_for_agent.get(server.process_name)

@@ -187,6 +187,8 @@ def fidelity_args(settings: GymSettings, gym_cli: str, run_dir: Path) -> list[st
         args += ["--search-dir", folder]
     for name in settings.benchmark:
         args += ["--benchmark", name]
+    if settings.agent_type:  # the harness Gym composes for the benchmarks (and environments) it starts
+        args += ["--agent-type", settings.agent_type]
     args += [hydra_item(item) for item in settings.hydra]
     bind = bind_override(settings, gym_cli, run_dir)
     if bind:

@@ -52,7 +52,7 @@ from nemo_gym.rollout_collection import _attach_ng_perf, _attach_trajectory_reco
 
 sys.stdout.write("ready\n")
 sys.stdout.flush()
-capture_dirs = [Path(sys.argv[1])]
+capture_dirs = [Path(sys.argv[1])] if sys.argv[1:] and sys.argv[1] else []  # none: Gym observes no model calls
 for line in sys.stdin:
     if not line.strip():
         continue
@@ -64,7 +64,7 @@ for line in sys.stdin:
         )
         if "ng_model_call_capture" in result or "ng_agent_observations" in result or "ng_trajectory" in result:
             _attach_trajectory_record(row, result)
-        _attach_ng_perf(result, observability_enabled=True, rollout_latency_ms=item.get("latency_ms"))
+        _attach_ng_perf(result, observability_enabled=bool(capture_dirs), rollout_latency_ms=item.get("latency_ms"))
     except Exception as exc:
         sys.stderr.write(f"record {item.get('n')}: {type(exc).__name__}: {exc}\n")
     sys.stdout.write(json.dumps(result, allow_nan=False) + "\n")
@@ -112,10 +112,13 @@ class Finalizer:
 
     ``start`` launches the helper (it imports Gym meanwhile); ``finalize`` feeds it the run folder's
     records and replaces ``rollouts.jsonl`` with the finalized records; ``close`` stops it. The helper
-    ends by itself when this process goes away (its stdin closes).
+    ends by itself when this process goes away (its stdin closes). ``folder`` None: no model calls were
+    captured for this run (an attached Gym), and the step is Gym's collector's without observability: the
+    agent's trajectory projected, ``model_calls_unavailable`` among its gaps, so Gym's checks on model calls
+    are unobserved rather than "missing captured call".
     """
 
-    def __init__(self, python: Path, folder: Path, cwd: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, python: Path, folder: Path | None, cwd: Path, env: Mapping[str, str] | None = None) -> None:
         self.python = python
         self.env = None if env is None else dict(env)
         self.folder = folder
@@ -125,7 +128,7 @@ class Finalizer:
     def start(self) -> None:
         self.cwd.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [str(self.python), "-c", _HELPER, str(self.folder)],
+            [str(self.python), "-c", _HELPER, str(self.folder) if self.folder is not None else ""],
             cwd=self.cwd,  # Gym's imports may write into the working folder: the run folder's, not the user's
             env=self.env,
             stdin=subprocess.PIPE,

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal, cast
 
 from pytest_gym.judge.baseline import Comparison
+from pytest_gym.judge.health import SuiteHealth
 from pytest_gym.judge.intervals import ci_low_ceiling, evidence, tasks_for_ceiling, tasks_needed
 from pytest_gym.judge.stats import SuiteStats
 
@@ -33,21 +34,23 @@ Metric = Literal[
     "ci_high(mean_reward)",
     "new_failures",
     "fixed",
+    "health_clean_rate",
+    "unhealthy_trials",
 ]
 Op = Literal[">=", ">", "<=", "<"]
 
 GRAMMAR = """\
   grammar:  <metric> <op> <number>   (spaces optional)
     metric: mean_reward | pass@K | pass^K | error_rate | flaky_rate | ci_low(mean_reward) |
-            ci_high(mean_reward) | new_failures | fixed   (K: a positive integer; the last two
-            count tasks against --gym-baseline)
+            ci_high(mean_reward) | new_failures | fixed | health_clean_rate | unhealthy_trials
+            (K: a positive integer; new_failures and fixed count tasks against --gym-baseline)
     op:     >= | > | <= | <
     number: a finite decimal such as 0.8, 1, 5e-2
   examples: "mean_reward >= 0.8", "pass@4>=0.9", "pass^2 > 0.5", "error_rate <= 0.05", \
 "ci_low(mean_reward) >= 0.7", "new_failures <= 0", "flaky_rate <= 0.1\""""
 
 _METRIC = re.compile(
-    r"(?P<plain>mean_reward|error_rate|flaky_rate|new_failures|fixed)"
+    r"(?P<plain>mean_reward|error_rate|flaky_rate|new_failures|fixed|health_clean_rate|unhealthy_trials)"
     r"|ci_(?P<bound>low|high)\s*\(\s*mean_reward\s*\)"
     r"|pass(?P<kind>[@^])(?P<k>[0-9]+)"
 )
@@ -198,6 +201,19 @@ def _format_value(value: float, threshold: float) -> str:
 NO_BASELINE = "no baseline to compare with (give --gym-baseline FILE)"
 
 
+HEALTH_METRICS = frozenset({"health_clean_rate", "unhealthy_trials"})
+NO_HEALTH = "Gym's health checks did not run (--gym-health-check off)"
+
+
+def _measure_health(gate: Gate, health: SuiteHealth | None) -> tuple[float | None, str]:
+    if health is None:
+        return None, NO_HEALTH
+    if gate.metric == "unhealthy_trials":
+        return (float(health.unhealthy), "") if health.checked else (None, health.why_unmeasured())
+    rate = health.clean_rate
+    return (rate, "") if rate is not None else (None, health.why_unmeasured())
+
+
 FLAKY_RATE = "the chance that two trials of a task disagree"
 
 
@@ -262,15 +278,20 @@ def evaluate(
     comparison: Comparison | None = None,
     no_comparison: str = NO_BASELINE,
     imputed: Imputed | None = None,
+    health: SuiteHealth | None = None,
 ) -> GateResult:
     """Judge one gate; a metric that cannot be measured fails the gate rather than passing it silently.
 
     ``comparison`` (against the baseline) is what ``new_failures`` and ``fixed`` count; without one
     they fail with ``no_comparison`` as the reason, and so they do when it shares no task (no evidence).
     With ``imputed`` (trials errored) the gate is decided over what the errored trials could have been.
+    ``health`` is what the health metrics read (a trial with broken evidence is an error, so they are
+    measured even when no trial produced a reward, and not over what errored trials could have been).
     """
-    plain = _evaluate(gate, stats, comparison, no_comparison)
-    if imputed is None or not imputed.errored or gate.metric == "error_rate" or stats.trials == 0:
+    plain = _evaluate(gate, stats, comparison, no_comparison, health)
+    if gate.metric in HEALTH_METRICS or gate.metric == "error_rate" or stats.trials == 0:
+        return plain
+    if imputed is None or not imputed.errored:
         return plain
     return _over_errors(gate, stats, plain, imputed, no_comparison)
 
@@ -324,11 +345,16 @@ def _baseline_remarks(gate: Gate, comparison: Comparison) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
-def _evaluate(gate: Gate, stats: SuiteStats, comparison: Comparison | None, no_comparison: str) -> GateResult:
-    if stats.trials == 0:
+def _evaluate(
+    gate: Gate, stats: SuiteStats, comparison: Comparison | None, no_comparison: str, health: SuiteHealth | None
+) -> GateResult:
+    if gate.metric in HEALTH_METRICS:
+        value, why_not = _measure_health(gate, health)
+    elif stats.trials == 0:
         why = f" ({stats.errors} errored)" if stats.errors else ""
         return GateResult(gate, None, False, f"{gate.label}: no trial produced a reward{why}")
-    value, why_not = _measure(gate, stats, comparison, no_comparison)
+    else:
+        value, why_not = _measure(gate, stats, comparison, no_comparison)
     if value is None:
         return GateResult(gate, None, False, f"{gate.label}: {why_not}")
     passed = _OPS[gate.op](value, gate.threshold)

@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_gym.core.masking import MAX_FIELD, MAX_MESSAGE, Masker, clean_text, json_depth_exceeds
 from pytest_gym.core.outcome import TrialOutcome
+from pytest_gym.core.tracing import trace_link
 
 _SKIP_FIELDS = {"responses_create_params", "response", "mask_sample", "_ng_task_index", "_ng_rollout_index"}
 _MAX_FIELDS = 8
@@ -109,21 +110,31 @@ def _bounded(message: str) -> str:
     return clean_text(message, MAX_MESSAGE)
 
 
-def fault_message(outcome: TrialOutcome) -> str:
-    return _bounded(
+def _trace(outcome: TrialOutcome, trace_url: str | None) -> list[str]:
+    link = trace_link(trace_url, outcome.trace_id)
+    return [f"  trace: {link}"] if link else []
+
+
+def fault_message(outcome: TrialOutcome, trace_url: str | None = None) -> str:
+    """An infrastructure fault (``trace_url``: the template of a link to the trial's trace)."""
+    head = (
         f"Gym infrastructure fault ({clean_text(str(outcome.error_class), 100)}) for task {outcome.task_hash[:12]} "
         f"({outcome.dataset}:{outcome.line}, repeat {outcome.repeat}): {clean_text(str(outcome.error), MAX_FIELD)}"
     )
+    trace = _trace(outcome, trace_url)  # before the cut: the link survives a long error
+    return _bounded("\n".join([head[: MAX_MESSAGE - 600], *trace]))
 
 
-def failure_message(outcome: TrialOutcome, min_reward: float, reward_key: str, record: str | None = None) -> str:
+def failure_message(
+    outcome: TrialOutcome, min_reward: float, reward_key: str, record: str | None = None, trace_url: str | None = None
+) -> str:
     """Why a trial failed; with tool calls, also what the agent did and where its ``record`` is."""
     head = (
         f"reward {outcome.reward!r} < min_reward {float(min_reward)!r} for task {outcome.task_hash[:12]} "
         f"({outcome.dataset}:{outcome.line}, repeat {outcome.repeat})"
     )
     view = trajectory_view(outcome.answer, record)
-    return _bounded("\n".join([head, *diagnostics(outcome.answer, reward_key), *view]))
+    return _bounded("\n".join([head, *_trace(outcome, trace_url), *diagnostics(outcome.answer, reward_key), *view]))
 
 
 def clean_outcome(outcome: TrialOutcome, masker: Masker | None = None) -> None:

@@ -8,7 +8,7 @@ one code path, so the numbers are the same with and without xdist. No pytest her
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from pytest_gym.judge.baseline import (
     update_baselines,
 )
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, Imputed, evaluate, parse_gate
+from pytest_gym.judge.health import UNHEALTHY, SuiteHealth, suite_health
 from pytest_gym.judge.stats import SuiteStats, suite_stats
 from pytest_gym.judge.summary import BaselineSummary, FlakyTask, GateSummary, SuiteSummary, TaskRef, TotalsSummary
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
@@ -60,6 +61,11 @@ class TrialRecord:
     attempts: int = 1
     tokens: dict[str, int] = field(default_factory=dict)
     reused: bool = False
+    #: Gym's health verdict of the trial's evidence (healthy, unhealthy, unobserved; None: not checked).
+    health: str | None = None
+    checks: tuple[str, ...] = ()
+    #: The verdict came from Gym's checks at the end of the run (not from the trial's own answer).
+    late: bool = False
 
     def cost(self) -> TrialCost:
         return TrialCost(
@@ -98,6 +104,8 @@ class SuiteVerdict:
     baseline_path: str | None = None
     #: the run with its errored trials counted as failures and as successes (None: nothing errored)
     imputed: Imputed | None = None
+    #: Gym's health checks over the suite's trials (None: --gym-health-check off).
+    health: SuiteHealth | None = None
 
     @property
     def failed(self) -> bool:
@@ -182,6 +190,13 @@ class SuiteVerdict:
             baseline_note=self.baseline_note,
             narrowed=self.narrowed,
         )
+        h = self.health
+        if h is not None:
+            summary.health_clean_rate = h.clean_rate
+            summary.unhealthy_trials = h.unhealthy
+            summary.health_unobserved = h.unobserved
+            summary.health_checks = dict(h.by_check)
+            summary.health_note = h.note
         c = self.comparison
         check = self.baseline_check()
         if c is not None and check is not None:
@@ -238,6 +253,9 @@ class SuiteResults:
     settings_for: SuiteSettings | None = None
     trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
     narrowed: bool = False
+    #: Whether trials' health is judged (--gym-health-check on), and why Gym's own checks did not run, if so.
+    health_on: bool = False
+    health_note: str | None = None
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
@@ -252,6 +270,24 @@ class SuiteResults:
         record.attempts = outcome.attempts
         record.tokens = dict(outcome.tokens)
         record.reused = outcome.reused
+        if outcome.health:  # the answer alone showed broken evidence: the trial errored naming the checks
+            record.health, record.checks = UNHEALTHY, tuple(outcome.health)
+
+    def apply_health(self, verdicts: Mapping[tuple[str, str, int], tuple[str, tuple[str, ...]]]) -> None:
+        """Gym's health verdicts at the end of the run, by (suite, task hash, repeat); an earlier one stays."""
+        for key, (verdict, checks) in verdicts.items():
+            record = self.trials.get(key)
+            if record is not None and record.health is None:
+                record.health, record.checks, record.late = verdict, checks, True
+
+    def health_properties(self) -> dict[str, list[tuple[str, str]]]:
+        """node id -> the JUnit properties of Gym's end-of-run health verdict (the trial's reports are gone)."""
+        found: dict[str, list[tuple[str, str]]] = {}
+        for r in self.trials.values():
+            if r.late and r.health is not None:
+                props = [("gym_health_verdict", r.health)] + ([("gym_health", ",".join(r.checks))] if r.checks else [])
+                found[f"{r.suite}::{r.task_hash[:12]}[r{r.repeat}]"] = props
+        return found
 
     def suites(self) -> dict[str, list[TrialRecord]]:
         grouped: dict[str, list[TrialRecord]] = defaultdict(list)
@@ -279,10 +315,14 @@ class SuiteResults:
             stats = suite_stats(rewards, settings.min_reward, errors, settings.task_pass)
             totals = suite_totals([r.cost() for r in records], settings.price_in, settings.price_out)
             verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
+            if self.health_on:
+                verdict.health = suite_health(((r.health, r.checks) for r in records), self.health_note)
             no_comparison = self._baseline(verdict, settings, stored, updates)
             if errors:
                 verdict.imputed = self._imputed(verdict, trials, settings, stored)
-            verdict.gates = [evaluate(g, stats, verdict.comparison, no_comparison, verdict.imputed) for g in gates]
+            verdict.gates = [
+                evaluate(g, stats, verdict.comparison, no_comparison, verdict.imputed, verdict.health) for g in gates
+            ]
             verdicts.append(verdict)
         for path, baselines in updates.items():
             notes = update_baselines(path, baselines)

@@ -20,7 +20,19 @@ MAX_K = 10_000
 
 
 #: Suite sections left out of the JSON when they do not apply (as the summary always did).
-_OPTIONAL_SECTIONS = ("baseline", "totals", "baseline_note", "ci_note", "gates_deferred", "narrowed")
+_OPTIONAL_SECTIONS = (
+    "baseline",
+    "totals",
+    "baseline_note",
+    "ci_note",
+    "gates_deferred",
+    "narrowed",
+    "health_clean_rate",
+    "unhealthy_trials",
+    "health_unobserved",
+    "health_checks",
+    "health_note",
+)
 
 
 class _Model(BaseModel):
@@ -145,6 +157,13 @@ class SuiteSummary(_Model):
     baseline_note: str | None = None
     #: Only the selected trials counted (-k, -m, --deselect, --lf narrowed the suite).
     narrowed: bool = False
+    #: Gym's health checks (``judge.health``): the share of checked trials whose evidence is clean, the unhealthy
+    #: ones, the ones with nothing to check, trials per check that fired, and why the checks did not run.
+    health_clean_rate: float | None = None
+    unhealthy_trials: int | None = None
+    health_unobserved: int | None = None
+    health_checks: dict[str, int] = Field(default_factory=dict)
+    health_note: str | None = None
 
     @property
     def all_trials(self) -> int:
@@ -170,9 +189,30 @@ class SuiteSummary(_Model):
         """JSON form: numbers that are None stay (null: "not measured"); sections that do not apply are left out."""
         data: dict[str, Any] = self.model_dump(mode="json")
         for key in _OPTIONAL_SECTIONS:
-            if data.get(key) in (None, {}, False):
+            value = data.get(key)
+            if value is None or value == {} or value is False:  # a count of 0 stays
                 data.pop(key, None)
         return data
+
+
+class ConcurrencySummary(_Model):
+    """What the run met of rate limits: answers 429/503, and the concurrency limit over time."""
+
+    adaptive: bool = False
+    #: --gym-concurrency: the limit's ceiling.
+    ceiling: int = 0
+    #: Answers 429 (too many requests) and 503 (unavailable) to /run, over all processes of the run.
+    throttled: int = 0
+    status_429: int = 0
+    status_503: int = 0
+    #: The lowest limit the run came down to, and the limit at its end.
+    lowest: int | None = None
+    final: int | None = None
+    #: [seconds since the first rollout, limit] at each change (bounded: at most ``MAX_TIMELINE`` points).
+    timeline: list[list[float]] = Field(default_factory=list)
+
+
+MAX_TIMELINE = 200
 
 
 class RunSummary(_Model):
@@ -188,11 +228,17 @@ class RunSummary(_Model):
     merged_from: list[str] | None = None
     #: --gym-rescore: what the verifier change moved.
     rescore: dict[str, Any] | None = None
+    #: --gym-trace-url: the template of a link to a trial's trace (``{trace_id}``).
+    trace_url: str | None = None
+    #: Rate limits met and the adaptive concurrency limit over time (``rollout.adaptive``).
+    concurrency: ConcurrencySummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"run_dir": self.run_dir, "suites": {n: s.to_json() for n, s in self.suites.items()}}
         data["notes"] = list(self.notes)
-        for key in ("shard", "verdicts", "merged_from", "rescore"):
+        if self.concurrency is not None:
+            data["concurrency"] = self.concurrency.model_dump(mode="json")
+        for key in ("shard", "verdicts", "merged_from", "rescore", "trace_url"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         data.update(self.model_extra or {})

@@ -44,6 +44,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
 from pytest_gym.core.masking import Masker, strip_control
 from pytest_gym.core.numbers import is_int, is_number
+from pytest_gym.core.tracing import trace_link
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
 from pytest_gym.judge.paired import Rule
@@ -51,6 +52,7 @@ from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats, task_stat
 from pytest_gym.judge.suites import SuiteVerdict
 from pytest_gym.judge.summary import BaselineSummary, SuiteSummary, SummaryError
 from pytest_gym.judge.totals import TrialCost, suite_totals
+from pytest_gym.runfolder.health import trial_health
 from pytest_gym.runfolder.layout import (
     AGGREGATE_FILE,
     FAILURES_FILE,
@@ -61,8 +63,10 @@ from pytest_gym.runfolder.layout import (
     SUMMARY_FILE,
 )
 from pytest_gym.runfolder.records import (
+    ROLLOUT_ID_KEY,
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
+    TRACE_ID_KEY,
     Failure,
     failure_of,
     finite,
@@ -433,6 +437,8 @@ class _Builder:
         self.baseline = baseline
         self.mask = _Masker()
         self.notes: list[str] = []
+        self.trace_url: str | None = None
+        self.health: dict[str, tuple[str, ...]] = {}
 
     def build(self) -> dict[str, Any]:
         run_dir = self.run_dir
@@ -444,6 +450,8 @@ class _Builder:
         if summary is None and not self.notes:
             self.notes.append(f"no readable {SUMMARY_FILE}: the numbers are computed from the rollouts")
         suites_summary = summary.suites if summary is not None else {}
+        self.trace_url = summary.trace_url if summary is not None else None
+        self.health = trial_health(run_dir)
         run_info = _read_json(run_dir / RUN_INFO_FILE)
         basis = run_info.get("basis") if isinstance(run_info, dict) and isinstance(run_info.get("basis"), dict) else {}
         assert isinstance(basis, dict)
@@ -582,6 +590,12 @@ class _Builder:
             out["latency"] = round(found.latency_s, 3)
         if found.attempts != 1:
             out["attempts"] = found.attempts
+        link = trace_link(self.trace_url, record.get(TRACE_ID_KEY))
+        if link:
+            out["trace"] = mask.text(link)
+        health = self.health.get(str(record.get(ROLLOUT_ID_KEY)), ())
+        if health:
+            out["health"] = [mask.text(code) for code in health]
         if not trial.ok:
             failure: Failure = failure_of(record)
             out["error"] = _clip(mask.text(failure.message), self.trial_chars)

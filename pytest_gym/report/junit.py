@@ -143,14 +143,25 @@ def _all_suites(suites: list[JUnitNode]) -> Iterator[JUnitNode]:
         yield from _all_suites(list(suite.testsuites()))
 
 
-def _strict_case(case: JUnitNode, keep_errors: bool = False) -> int:
+def nodeid_case_key(nodeid: str) -> str:
+    """The :func:`case_key` pytest's JUnit writer gives a node id (its ``mangle_test_address``)."""
+    path, bracket, params = nodeid.partition("[")
+    names = path.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    names[-1] += bracket + params
+    return ".".join(names)
+
+
+def _strict_case(case: JUnitNode, keep_errors: bool = False, extra: list[tuple[str, str]] | None = None) -> int:
     """Make one testcase fit the schema; returns how many ``<error>`` became ``<failure>``.
 
     ``keep_errors`` leaves ``<error>`` as pytest wrote it: CI dashboards (Jenkins, GitLab) tell an
     infrastructure fault from a low reward by it, which matters more than this schema's spelling.
+    ``extra``: properties learnt after the test ran (Gym's health verdict at the end of the run).
     """
     element = _elem(case)
     moved = [(p.name, p.value or "") for props in case.iterchildren(Properties) for p in props]
+    moved += [(name, clean_text(value, 2000)) for name, value in extra or []]
     for name in [key for key in element.attrib if key not in _TESTCASE_ATTRIBUTES]:
         moved.append((f"junit.{name}", element.attrib.pop(name)))
     for props in list(element.iterfind("properties")):
@@ -178,10 +189,13 @@ def _move_counts(node: JUnitNode, converted: int) -> None:
     attrib["failures"] = str(int(attrib.get("failures", "0")) + converted)
 
 
-def _strict(xml: JUnitNode, keep_errors: bool = False) -> None:
+def _strict(
+    xml: JUnitNode, keep_errors: bool = False, extra: Mapping[str, list[tuple[str, str]]] | None = None
+) -> None:
     total = 0
+    extra = extra or {}
     for suite in _all_suites(list(xml)):
-        converted = sum(_strict_case(case, keep_errors) for case in _direct_cases(suite))
+        converted = sum(_strict_case(case, keep_errors, extra.get(case_key(case))) for case in _direct_cases(suite))
         _move_counts(suite, converted)
         total += converted
     _move_counts(xml, total)
@@ -232,6 +246,7 @@ def postprocess_junit(
     suite_properties: Mapping[str, Mapping[str, str]],
     xsd_strict: bool = True,
     keep_errors: bool = False,
+    case_properties: Mapping[str, list[tuple[str, str]]] | None = None,
 ) -> None:
     """Add ``gym.<suite>.<name>`` properties to the file's testsuite and, if strict, make it fit the schema.
 
@@ -255,8 +270,9 @@ def postprocess_junit(
         suites = list(xml)
         if not suites:
             raise ValueError("it holds no <testsuite> to add suite properties to")
-        if xsd_strict:
-            _strict(xml, keep_errors)
+        if xsd_strict:  # ``case_properties``: node id -> properties learnt after the trial was reported
+            extra = {nodeid_case_key(nodeid): props for nodeid, props in (case_properties or {}).items()}
+            _strict(xml, keep_errors, extra)
         _set_suite_properties(suites[0], suite_properties)
         _clean(xml)
         _write_atomically(xml, path)

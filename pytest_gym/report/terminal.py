@@ -6,7 +6,7 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import BaselineSummary, SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import BaselineSummary, RunSummary, SuiteSummary, TaskRef, TotalsSummary
 
 _SHOW_FAILURES = 5
 
@@ -79,6 +79,13 @@ def summary_lines(
             shown = ", ".join(t.shown for t in flaky[:_SHOW_FAILURES])
             more = f" and {len(flaky) - _SHOW_FAILURES} more" if len(flaky) > _SHOW_FAILURES else ""
             lines.append(f"  flaky ({len(flaky)} of {s.tasks} tasks, passed/trials): {shown}{more}")
+        if s.unhealthy_trials is not None:
+            rate = f"clean rate {_fmt(s.health_clean_rate)}" if s.health_clean_rate is not None else "nothing checked"
+            fired = ", ".join(f"{code} {n}" for code, n in s.health_checks.items())
+            lines.append(
+                f"  health: {rate}, {s.unhealthy_trials} unhealthy" + (f" ({fired})" if fired else "")
+                + f", {s.health_unobserved or 0} unobserved" + (f"; {s.health_note}" if s.health_note else "")
+            )  # fmt: skip
         for label, gate in s.gates.items():
             lines.append(f"  gate {label}: {'PASS' if gate.passed else 'FAIL'} ({gate.reason})")
         if deferred is not None:
@@ -111,6 +118,19 @@ def summary_lines(
         elif s.baseline_note:
             lines.append(f"  {s.baseline_note}")
     return lines
+
+
+def run_lines(summary: RunSummary | None) -> list[str]:
+    """Lines about the run as a whole: the rate limits it met and its concurrency limit."""
+    c = summary.concurrency if summary is not None else None
+    if c is None:
+        return []
+    line = f"concurrency: {c.throttled} answers 429/503 (429: {c.status_429}, 503: {c.status_503})"
+    if c.adaptive and c.lowest is not None:
+        line += f"; adaptive limit {c.ceiling} -> lowest {c.lowest}, {c.final} at the end ({len(c.timeline)} changes)"
+    elif not c.adaptive:
+        line += f"; fixed limit {c.ceiling} (--gym-concurrency-adaptive off)"
+    return [line]
 
 
 def write_section(

@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.rollout.adaptive import Limit
 from pytest_gym.rollout.claims import Claims, LocalClaims
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import HTTPPool
@@ -119,8 +120,12 @@ class Dispatcher:
         retries: int = 0,
         skip: frozenset[str] = frozenset(),
         access: GymAccess | None = None,
+        tracestate: str | None = None,
+        limit: Limit | None = None,
+        check_evidence: bool = False,
     ) -> None:
         self.endpoint = endpoint
+        self.limit = limit
         #: Trials never to roll out here (their results are reused from an earlier run).
         self.skip = skip
         self.concurrency = max(1, concurrency)
@@ -156,7 +161,16 @@ class Dispatcher:
         self._http = HTTPPool(access.headers, access.ssl_context, access.origins)
         self._health = Health(endpoint, self._http, probe_timeout_s=min(5.0, trial_timeout))
         self._rollouts = Rollouts(
-            endpoint, self._http, self._health, trial_timeout, default_agent, retries, self.counts
+            endpoint,
+            self._http,
+            self._health,
+            trial_timeout,
+            default_agent,
+            retries,
+            self.counts,
+            tracestate,
+            limit,
+            check_evidence,
         )
         self._slots = _Slots(self.concurrency)
         self._progress: asyncio.Event | None = None
@@ -429,3 +443,5 @@ class Dispatcher:
     async def _aclose(self) -> None:
         await self._http.aclose()
         self.claims.close()
+        if self.limit is not None:
+            self.limit.close()

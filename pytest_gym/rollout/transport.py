@@ -14,6 +14,7 @@ import asyncio
 import collections
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_gym.core.access import GymAccess, access_hint
@@ -22,6 +23,9 @@ from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets, strip_control
 from pytest_gym.core.numbers import is_finite_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
+from pytest_gym.core.tracing import new_traceparent
+from pytest_gym.rollout.adaptive import Limit
+from pytest_gym.rollout.evidence import answer_checks, unhealthy_message
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
@@ -127,13 +131,15 @@ async def post_rollout(
     timeout: float,
     reward_key: str,
     dead: asyncio.Future[None] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, Any], float, float]:
     """One POST over the keep-alive pool: (answer, reward, latency in seconds), or TrialFault.
 
-    Abandoned ("gym_died") as soon as ``dead`` is done: Gym will not answer any more.
+    Abandoned ("gym_died") as soon as ``dead`` is done: Gym will not answer any more. ``headers``: the
+    trial's own (its ``traceparent``).
     """
     started = time.perf_counter()
-    request = asyncio.ensure_future(http.request("POST", url, payload, MAX_BODY_BYTES))
+    request = asyncio.ensure_future(http.request("POST", url, payload, MAX_BODY_BYTES, headers))
     waits = (request,) if dead is None else (request, dead)
     try:
         await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -189,6 +195,9 @@ class Rollouts:
         default_agent: str | None,
         retries: int,
         counts: collections.Counter[str],
+        tracestate: str | None = None,
+        limit: Limit | None = None,
+        check_evidence: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self.http = http
@@ -197,10 +206,24 @@ class Rollouts:
         self.default_agent = default_agent
         self.retries = max(0, retries)
         self.counts = counts
+        self.tracestate = tracestate
+        #: The run's concurrency limit, one permit per request (--gym-concurrency-adaptive); None: none.
+        self.limit = limit
+        #: --gym-health-check: an answer whose evidence is broken makes the trial an error (``evidence``).
+        self.check_evidence = check_evidence
+
+    def trace_headers(self, outcome: TrialOutcome) -> dict[str, str]:
+        """The trial's W3C trace context, one trace per trial (every attempt carries it); its id on the outcome."""
+        traceparent, outcome.trace_id = new_traceparent()
+        headers = {"traceparent": traceparent}
+        if self.tracestate:
+            headers["tracestate"] = self.tracestate
+        return headers
 
     async def run(self, spec: TrialSpec) -> TrialOutcome:
         """The trial's outcome: a reward, or a fault with its class (never raises for a fault)."""
         outcome = TrialOutcome.for_spec(spec)
+        headers = self.trace_headers(outcome)
         try:
             row = spec.task.load_row()
             own = row_agent(row)
@@ -216,7 +239,7 @@ class Rollouts:
                 row, agent if spec.agent or not own else None, spec.task_index, spec.repeat, spec.rollout_id
             )
             outcome.request = body
-            answer, reward, latency = await self._post(url, encode(body), spec.reward_key, outcome)
+            answer, reward, latency = await self._post(url, encode(body), spec.reward_key, outcome, headers)
         except TrialFault as fault:
             outcome.error_class, outcome.error, outcome.http_status = (
                 fault.error_class,
@@ -227,12 +250,17 @@ class Rollouts:
         except (GymError, DatasetError, OSError) as exc:
             outcome.error_class, outcome.error = "setup", str(exc)
             return outcome
-        outcome.answer, outcome.reward, outcome.latency_s = answer, reward, latency
-        outcome.tokens = token_usage(answer)
+        outcome.latency_s, outcome.tokens = latency, token_usage(answer)
+        checks = answer_checks(answer) if self.check_evidence else ()
+        if checks:
+            outcome.health, outcome.error_class, outcome.error = checks, "unhealthy", unhealthy_message(checks)
+            outcome.answer = answer  # for the diagnostics; a fault has no reward
+            return outcome
+        outcome.answer, outcome.reward = answer, reward
         return outcome
 
     async def _post(
-        self, url: str, payload: bytes, reward_key: str, outcome: TrialOutcome
+        self, url: str, payload: bytes, reward_key: str, outcome: TrialOutcome, headers: Mapping[str, str]
     ) -> tuple[dict[str, Any], float, float]:
         """POST, and again after an infrastructure fault (never after a reward), up to ``retries`` more times."""
         health = self.health
@@ -242,10 +270,12 @@ class Rollouts:
             if health.dead is not None:
                 raise TrialFault("gym_died", health.dead)
             try:
-                return await post_rollout(self.http, url, payload, self.trial_timeout, reward_key, health.signal())
+                return await self._send(url, payload, reward_key, headers)
             except TrialFault as fault:
                 if fault.error_class == "gym_died" or (
-                    fault.error_class in _HEALTH_CLASSES and await health.check() is not None
+                    fault.error_class in _HEALTH_CLASSES
+                    and fault.http_status != 429  # a rate limit: the server is there, and busy
+                    and await health.check() is not None
                 ):
                     raise TrialFault("gym_died", health.dead or fault.message) from None
                 if attempt > self.retries or not is_retryable(fault.error_class, fault.http_status):
@@ -255,3 +285,24 @@ class Rollouts:
                 self.counts["retries"] += 1
                 await asyncio.sleep(retry_delay_s(attempt, fault.retry_after_s, self.trial_timeout))
                 attempt += 1
+
+    async def _send(
+        self, url: str, payload: bytes, reward_key: str, headers: Mapping[str, str]
+    ) -> tuple[dict[str, Any], float, float]:
+        """One attempt, holding a permit of the run's limit while it is in flight."""
+        if self.limit is None:
+            return await post_rollout(
+                self.http, url, payload, self.trial_timeout, reward_key, self.health.signal(), headers
+            )
+        permit = await self.limit.acquire()
+        status: int | None = None
+        retry_after: float | None = None
+        try:
+            return await post_rollout(
+                self.http, url, payload, self.trial_timeout, reward_key, self.health.signal(), headers
+            )
+        except TrialFault as fault:
+            status, retry_after = fault.http_status, fault.retry_after_s
+            raise
+        finally:
+            self.limit.release(permit, status, retry_after)

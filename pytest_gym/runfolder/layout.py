@@ -13,10 +13,15 @@ MATERIALIZED_FILE = "rollouts_materialized_inputs.jsonl"
 AGGREGATE_FILE = "rollouts_aggregate_metrics.json"
 #: Gym's model-call captures (``--gym-trajectories``), one file per rollout.
 CAPTURE_DIR = "model_calls"
+#: What Gym's health checks write into the folder they check (``nemo_gym/health/types.py``).
+HEALTH_SUMMARY_FILE = "quality_summary.json"
+HEALTH_VERDICTS_FILE = "rollout_verdicts.jsonl"
 
 # -- pytest-gym's records ---------------------------------------------------------------------------------------
 #: What the rollouts depended on (the resume/merge basis), a shard's part and datasets.
 RUN_INFO_FILE = "pytest_gym_run.json"
+#: Held while the run info is written (its task ranges and its settings come from different processes).
+RUN_INFO_LOCK = ".run_info.lock"
 #: Every suite's numbers, gates and baseline comparison (``SuiteSummary``).
 SUMMARY_FILE = "pytest_gym_summary.json"
 REPORT_FILE = "report.html"
@@ -48,6 +53,9 @@ ATTACHED_FILE = "attached.json"
 RUN_STARTED_FILE = "run_started"
 #: Trials that errored, counted across processes (--gym-max-errors).
 ERRORS_FILE = ".errors"
+#: The run's adaptive concurrency limit, shared by the processes of the run, and its log (--gym-concurrency-adaptive).
+CONCURRENCY_STATE = ".concurrency"
+CONCURRENCY_LOG = "concurrency.jsonl"
 #: One claim file per trial under xdist.
 BOARD_DIR = ".xdist-trials"
 POLICY_PORT_FILE = "policy.port"
@@ -65,4 +73,6 @@ EXPORTED_FILES = (
     PREPARE_LOG,
     BENCHMARK_METRICS_FILE,
     POLICY_LOG,
+    HEALTH_SUMMARY_FILE,
+    HEALTH_VERDICTS_FILE,
 )

@@ -47,6 +47,10 @@ NODEID_KEY = "_pytest_gym_nodeid"
 TASK_HASH_KEY = "_pytest_gym_task_hash"
 ATTEMPTS_KEY = "_pytest_gym_attempts"
 LATENCY_KEY = "_pytest_gym_latency_s"
+#: The W3C trace id the trial's /run carried (its traceparent).
+TRACE_ID_KEY = "_pytest_gym_trace_id"
+#: A failure row of a trial whose answer showed broken evidence: the health checks that found it (Gym's codes).
+HEALTH_KEY = "_pytest_gym_health"
 #: --gym-rescore: the reward the answer had before, and why the verifier could not score it again.
 OLD_REWARD_KEY = "_pytest_gym_old_reward"
 RESCORE_ERROR_KEY = "_pytest_gym_rescore_error"
@@ -140,6 +144,16 @@ def trial_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
     return ("index", record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY))
 
 
+def with_task_index(record: Mapping[str, Any], task_index: int) -> dict[str, Any]:
+    """The record with this run's ``_ng_task_index``: an earlier run (--gym-resume) may have given the task
+    another one (its datasets in another order, or a version that restarted the index with every dataset)."""
+    if record.get(TASK_INDEX_KEY) == task_index:
+        return dict(record)
+    return {key: (task_index if key == TASK_INDEX_KEY else value) for key, value in record.items()} | {
+        TASK_INDEX_KEY: task_index
+    }
+
+
 def gym_answer(record: Mapping[str, Any]) -> dict[str, Any]:
     """The answer as Gym gave it: the record without what the run folder stamped on it."""
     return {k: v for k, v in record.items() if not k.startswith(STAMP_PREFIX) and k not in FOLDER_STAMPS}
@@ -203,6 +217,10 @@ def _stamp(record: dict[str, Any], outcome: TrialOutcome, server: EnvironmentSer
     record[TASK_HASH_KEY] = outcome.task_hash
     record[ATTEMPTS_KEY] = outcome.attempts
     record[LATENCY_KEY] = round(outcome.latency_s, 4)
+    if outcome.trace_id:
+        record[TRACE_ID_KEY] = outcome.trace_id
+    if outcome.health:
+        record[HEALTH_KEY] = list(outcome.health)
 
 
 def rollout_record(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> dict[str, Any] | None:

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.locks import locked
 from pytest_gym.core.masking import clean_text, mask_data
 from pytest_gym.core.numbers import is_int
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE, RUN_INFO_LOCK
 from pytest_gym.runfolder.records import read_records, reward_of, stamps
 
 
@@ -47,6 +48,8 @@ def rollout_basis(settings: GymSettings) -> dict[str, Any]:
         basis["bind_resources_server"] = settings.bind_resources_server
     if settings.benchmark:
         basis["benchmark"] = sorted(settings.benchmark)
+    if settings.agent_type:
+        basis["agent_type"] = settings.agent_type
     if settings.policy == "scripted":
         basis["policy_answer"] = settings.policy_answer
     else:
@@ -66,22 +69,84 @@ def write_run_info(
 
     ``extra``: what a shard adds for the merge (``shard``, ``repeats``, ``datasets``, ``rootdir``);
     ``basis``: the rollout settings when they are not this run's own (a merged folder keeps its shards').
+    What another process recorded first (the task ranges, at collection) is kept.
     """
-    target = run_dir / RUN_INFO_FILE
-    if target.exists():
-        return
     if basis is None:
         if settings is None:
             raise ValueError("write_run_info needs the settings or the basis")
         basis = rollout_basis(settings)
+    with _info_lock(run_dir):
+        existing = read_run_info(run_dir) or {}
+        if "digest" in existing:
+            return
+        data = {"digest": digest(basis), "basis": basis, **extra}
+        for key, value in existing.items():
+            data.setdefault(key, value)
+        write_atomically(run_dir / RUN_INFO_FILE, json.dumps(data, indent=2).encode(), fsync=False)
+
+
+def _info_lock(run_dir: Path) -> Any:
     run_dir.mkdir(parents=True, exist_ok=True)
-    data = {"digest": digest(basis), "basis": basis, **extra}
-    write_atomically(target, json.dumps(data, indent=2).encode(), fsync=False)
+    return locked(run_dir / RUN_INFO_LOCK)
+
+
+class TaskRanges:
+    """Each dataset's range of Gym's ``_ng_task_index`` in one run, so that no two tasks of a run share an index.
+
+    Gym's tools key a run folder by (``_ng_task_index``, ``_ng_rollout_index``); the index of a task is its
+    place among its dataset's distinct rows, which repeats across datasets. Each dataset gets the next
+    ``rows`` indices (its non-blank lines), in a fixed order: the run's datasets as given (``--gym-dataset``,
+    ini, the shards' for a merge), then benchmarks and suite files as collected; like Gym's own collation
+    of several datasets. The first dataset starts at 0, so a one-dataset run keeps the indices it always had;
+    every shard and the merge assign the same ranges (they read the same datasets in the same order).
+    """
+
+    def __init__(self) -> None:
+        self._ranges: dict[str, tuple[int, int]] = {}
+        self._shown: dict[str, str] = {}
+        self._next = 0
+
+    def start(self, dataset: Path, rows: int) -> int:
+        """Where ``dataset``'s range starts (allocated now if it has none yet)."""
+        key = os.path.realpath(dataset)
+        found = self._ranges.get(key)
+        if found is None:
+            found = self._ranges[key] = (self._next, rows)
+            self._shown[key] = str(dataset)
+            self._next += rows
+        return found[0]
+
+    def __contains__(self, dataset: object) -> bool:
+        return isinstance(dataset, (str, Path)) and os.path.realpath(dataset) in self._ranges
+
+    def entries(self, rootdir: Path) -> list[dict[str, Any]]:
+        """The ranges as the run info records them: path (from the rootdir), first index, rows."""
+        found = []
+        for key, (start, rows) in self._ranges.items():
+            try:
+                shown = Path(key).relative_to(rootdir.resolve()).as_posix()
+            except ValueError:
+                shown = self._shown[key]
+            found.append({"path": shown, "start": start, "rows": rows})
+        return found
+
+
+def record_task_ranges(run_dir: Path, ranges: list[dict[str, Any]]) -> None:
+    """Add the datasets' ``_ng_task_index`` ranges to the run info (every collecting process writes the same)."""
+    if not ranges:
+        return
+    with _info_lock(run_dir):
+        info = read_run_info(run_dir) or {}
+        if info.get("task_ranges") == ranges:
+            return
+        info["task_ranges"] = ranges
+        write_atomically(run_dir / RUN_INFO_FILE, json.dumps(info, indent=2).encode(), fsync=False)
 
 
 #: Bounds on a run info read back (a folder from another job or a fork): the settings' own bounds.
 MAX_REPEATS = 100_000
 MAX_DATASETS = 10_000
+MAX_TASK_INDEX = 10_000_000
 _MAX_INFO_BYTES = 16 << 20
 _SHARD = re.compile(r"[1-9][0-9]{0,4}/[1-9][0-9]{0,4}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -106,6 +171,14 @@ def run_info_problem(info: dict[str, Any]) -> str | None:
                 return f"'datasets' entry {number} has no path and sha256"
             if not _SHA256.fullmatch(sha):
                 return f"'datasets' entry {number}: sha256 {sha!r:.80} is not a SHA-256"
+    ranges = info.get("task_ranges")
+    if ranges is not None:
+        if not isinstance(ranges, list) or len(ranges) > MAX_DATASETS:
+            return f"'task_ranges' is not a list of at most {MAX_DATASETS} ranges"
+        for number, entry in enumerate(ranges):
+            values = [entry.get(k) if isinstance(entry, dict) else None for k in ("start", "rows")]
+            if not all(is_int(v) and 0 <= v <= MAX_TASK_INDEX for v in values):
+                return f"'task_ranges' entry {number} has no start and rows from 0 to {MAX_TASK_INDEX}"
     if not isinstance(info.get("basis", {}), dict) or not isinstance(info.get("digest", ""), str):
         return "'basis' or 'digest' is not what pytest-gym writes"
     return None

@@ -28,8 +28,11 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
+from pytest_gym.judge.summary import ConcurrencySummary
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
-from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE
+from pytest_gym.runfolder.health import read_run_health
+from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, read_records, stamps
 from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
     aggregate_answer,
@@ -41,6 +44,7 @@ from pytest_gym.runfolder.runinfo import write_run_info
 from pytest_gym.runner.server import GymServer
 
 if TYPE_CHECKING:
+    from pytest_gym.gym.healthcheck import HealthCheck
     from pytest_gym.gym.rescore import RescoreResult
     from pytest_gym.rollout.dispatcher import Dispatcher
 
@@ -65,6 +69,7 @@ class GymRun:
     notes: list[str] = field(default_factory=list)
     finalizer: Finalizer | None = None
     trajectories_done: bool = False
+    health_helper: HealthCheck | None = None
     _aggregate: concurrent.futures.Future[list[dict[str, Any]] | None] | None = field(
         default=None, init=False, repr=False
     )
@@ -108,6 +113,7 @@ class GymRun:
                 self._record_attached(endpoint)
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
             self.server = GymServer(endpoint, self.settings, default_agent, self.access)
+            from pytest_gym.rollout.adaptive import make_limit
             from pytest_gym.rollout.dispatcher import Dispatcher
 
             self.dispatcher = Dispatcher(
@@ -120,6 +126,14 @@ class GymRun:
                 retries=self.settings.retries,
                 skip=skip,
                 access=self.access,
+                tracestate=self.settings.tracestate,
+                limit=make_limit(
+                    self.run_dir,
+                    self.settings.concurrency,
+                    adaptive=self.settings.concurrency_adaptive == "on",
+                    shared=self.worker is not None,
+                ),
+                check_evidence=self.settings.health_check == "on",
             )
             writer = self.open_writer()
             writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type
@@ -167,6 +181,21 @@ class GymRun:
             write_run_info(self.run_dir, self.settings)
             self.writer = RunFolderWriter(self.run_dir)
         return self.writer
+
+    def write_shard_info(self, shard: str, datasets: list[dict[str, str]], rootdir: Path) -> None:
+        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
+        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
+        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
+        write_run_info(
+            self.run_dir, self.settings, shard=shard, repeats=self.settings.repeats, datasets=datasets,
+            rootdir=str(rootdir),
+        )  # fmt: skip
+
+    def concurrency_summary(self) -> ConcurrencySummary | None:
+        """Rate limits the run met and its concurrency limit over time (from the run folder: every process's)."""
+        from pytest_gym.rollout.adaptive import summarize
+
+        return summarize(self.run_dir, self.settings.concurrency, self.settings.concurrency_adaptive == "on")
 
     def _record_attached(self, endpoint: GymEndpoint) -> None:
         target = self.run_dir / ATTACHED_FILE
@@ -243,16 +272,69 @@ class GymRun:
             os.environ, self.settings.header, keep=(POLICY_KEY_ENV, *self.settings.secret_env)
         )
 
-    def start_trajectories(self) -> None:
-        """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
-        if not self.owner or self.settings.trajectories != "on" or not self.settings.starts_gym:
-            return
-        if self.finalizer is not None:
+    def start_health_check(self) -> None:
+        """Owner: start Gym's health-check helper now, so its imports overlap the trials (``--gym-health-check``)."""
+        if not self.owner or self.settings.health_check != "on" or self.health_helper is not None:
             return
         python = gym_python(self.settings.cli)
         if python is None:
             return  # said at the end, where it matters
-        folder = capture_dir(self.run_dir)
+        from pytest_gym.gym.healthcheck import HealthCheck
+
+        self.health_helper = HealthCheck(python, self.run_dir, self._gym_env())
+        try:
+            self.health_helper.start()
+        except OSError:
+            self.health_helper = None
+
+    def health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
+        """Owner, at the end: Gym's health checks on the run folder; (verdict and checks by (suite, task hash,
+        repeat), why they did not run). Never raises: what went wrong is the second value."""
+        helper, self.health_helper = self.health_helper, None
+        rollouts = read_records(self.run_dir / ROLLOUTS_FILE) if (self.run_dir / ROLLOUTS_FILE).is_file() else []
+        if not rollouts:
+            if helper is not None:
+                helper.close()
+            return {}, None
+        if helper is None:
+            python = gym_python(self.settings.cli)
+            if python is None:
+                why = (
+                    f"Gym's health checks did not run: Gym's interpreter was not found beside {self.settings.cli!r} "
+                    "(--gym-cli; in attach mode, install Gym here or point --gym-cli at it)"
+                )
+                self.notes.append(why)
+                return {}, why
+            from pytest_gym.gym.healthcheck import HealthCheck
+
+            helper = HealthCheck(python, self.run_dir, self._gym_env())
+        try:
+            counts = helper.run(len(rollouts))
+        except (OSError, RuntimeError) as exc:
+            why = clean_text(f"Gym's health checks did not run: {exc}")
+            self.notes.append(why)
+            return {}, why
+        finally:
+            helper.close()
+        health = read_run_health(self.run_dir)
+        found = {}
+        for record in rollouts:
+            mine = stamps(record)
+            verdict = health.trials.get(str(record.get(ROLLOUT_ID_KEY)))
+            if verdict is not None and mine.suite and mine.task_hash and mine.repeat is not None:
+                found[(mine.suite, mine.task_hash, mine.repeat)] = (verdict.verdict, verdict.checks)
+        shown = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("healthy", "unhealthy", "unobserved"))
+        self.notes.append(f"Gym's health checks: {sum(counts.values())} rollouts checked, {shown}")
+        return found, None
+
+    def start_trajectories(self) -> None:
+        """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
+        if not self.owner or self.settings.trajectories != "on" or self.finalizer is not None:
+            return
+        python = gym_python(self.settings.cli)
+        if python is None:
+            return  # said at the end, where it matters
+        folder = capture_dir(self.run_dir) if self.settings.starts_gym else None  # attached: no captures of ours
         self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
         try:
             self.finalizer.start()
@@ -290,17 +372,21 @@ class GymRun:
                 "overrode them?): records keep Gym's answers as they are"
             )
             return
+        folder: Path | None = None
+        attached = ""
         if not endpoint.local_pids or endpoint.capture_dir is None:
             # An attached Gym: its capture folder (if any) is shared by every run against it, and capture ids
             # are "<task>-<rollout>", the same in each run, so its files would mix runs. Only a Gym this run
-            # started captures into a folder of this run alone.
-            self.notes.append(
-                f"trajectories: records keep the attached Gym's answers as they are ({endpoint.head_url}); Gym's "
-                "collector step (ng_trajectory from captured model calls, for gym eval health-check and export) "
-                "needs a Gym pytest-gym starts, capturing into this run's folder; --gym-trajectories off silences this"
+            # started captures into a folder of this run alone; here Gym's collector step runs without captures
+            # (as `gym eval run` against a Gym without observability), so Gym's checks see no model call.
+            attached = (
+                f"trajectories: the attached Gym's model calls are not captured for this run ({endpoint.head_url}): "
+                "records got Gym's collector step without them (ng_trajectory gap model_calls_unavailable; Gym's "
+                "checks on model calls are unobserved); a Gym pytest-gym starts captures into this run's folder; "
+                "--gym-trajectories off silences this"
             )
-            return
-        folder = Path(endpoint.capture_dir)
+        else:
+            folder = Path(endpoint.capture_dir)
         if self.finalizer is None or self.finalizer.folder != folder:
             if self.finalizer is not None:
                 self.finalizer.close()
@@ -313,6 +399,8 @@ class GymRun:
                 return
             self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
         self.finalizer.finalize(self.run_dir, environment_servers(endpoint))
+        if attached:
+            self.notes.append(attached)
 
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
         from pytest_gym.rollout.http import FetchError, fetch  # imported when used (asyncio: start-up time)
@@ -356,6 +444,9 @@ class GymRun:
         if self.finalizer is not None:
             self.finalizer.close()
             self.finalizer = None
+        if self.health_helper is not None:
+            self.health_helper.close()
+            self.health_helper = None
         if self.owner:
             self.notes.extend(release(self.settings, self.run_dir))
             ClaimBoard.remove_folder(self.run_dir / BOARD_DIR)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount
-from pytest_gym.runfolder.records import outcome_from_failure, outcome_from_rollout
+from pytest_gym.runfolder.records import outcome_from_failure, outcome_from_rollout, with_task_index
 from pytest_gym.runfolder.runinfo import Reusable
 from pytest_gym.runner.run import GymRun
 
@@ -130,7 +130,7 @@ class Resumed:
         outcome = outcome_from_rollout(spec, record, reused=True) if record is not None else None
         if outcome is None or record is None:
             return self.fresh.outcome(spec)
-        self.run.open_writer().append_rollout(record)
+        self.run.open_writer().append_rollout(with_task_index(record, spec.task_index))
         return outcome
 
 

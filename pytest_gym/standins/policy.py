@@ -18,9 +18,10 @@ Routes (with or without the ``/v1`` prefix):
 Faults can be scheduled (``fault_every`` calls, ``fault_mode`` one of
 ``status``, ``hang``, ``garbage``) so that retry and timeout paths are testable
 against a real Gym. ``answers`` (a list) makes call N answer ``answers[(N-1) % len]``, so repeats
-differ; ``tool_name`` makes the first turn a function call (the turn after its output is answered
-with text), and ``"stream": true`` requests get Server-Sent Events, so that recording and replay of
-tool calls and streams are testable.
+differ; ``empty_if`` answers empty text with no completion tokens to requests holding that text (a
+broken endpoint, for the health checks); ``tool_name`` makes the first turn a function call (the turn
+after its output is answered with text), and ``"stream": true`` requests get Server-Sent Events, so that
+recording and replay of tool calls and streams are testable.
 
 A seeded stochastic mode stands in for a model at temperature > 0: with ``chance`` < 1 each task (its
 first input item) is answered with ``answer`` with its own chance, else with ``wrong_answer``. The
@@ -68,6 +69,8 @@ class Script:
     answers: list[str] = field(default_factory=list)
     tool_name: str = ""
     tool_arguments: str = "{}"
+    #: Answer with empty text and no completion tokens (a broken endpoint) when the request holds this text.
+    empty_if: str = ""
     chance: float = 1.0
     chance_concentration: float = 0.0
     solid: float = 0.0
@@ -210,7 +213,7 @@ def _wants_tool_call(script: Script, body: dict[str, Any]) -> bool:
 def responses_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
     """A complete Responses API object, as Gym's ``openai_model`` expects it."""
     in_tokens = _token_count(body.get("input", ""))
-    out_tokens = max(1, len(script.answer.split()))
+    out_tokens = max(1, len(script.answer.split())) if script.answer else 0
     item: dict[str, Any] = {
         "type": "message",
         "id": f"msg_{uuid.uuid4().hex}",
@@ -249,7 +252,7 @@ def responses_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
 
 def chat_completion_object(script: Script, body: dict[str, Any]) -> dict[str, Any]:
     in_tokens = _token_count(body.get("messages", ""))
-    out_tokens = max(1, len(script.answer.split()))
+    out_tokens = max(1, len(script.answer.split())) if script.answer else 0
     message: dict[str, Any] = {"role": "assistant", "content": script.answer}
     finish = "stop"
     if _wants_tool_call(script, body):
@@ -408,6 +411,8 @@ class PolicyHandler(BaseHTTPRequestHandler):
                 state.auth_digests.add(hashlib.sha256(auth.encode()).hexdigest())
         if script.latency_ms > 0:
             time.sleep(script.latency_ms / 1000.0)
+        if script.empty_if and script.empty_if in json.dumps(body, ensure_ascii=False):
+            script.answer = ""  # an endpoint that answers nothing: empty text, no completion tokens
         if script.fault_every > 0 and number % script.fault_every == 0:
             with state.lock:
                 state.faults += 1

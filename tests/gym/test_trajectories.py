@@ -50,12 +50,11 @@ def check_run_folder(
     (``tools=False``: health-check only; each of Gym's commands costs seconds of imports)."""
     records = read_jsonl(run / "rollouts.jsonl")
     assert len(records) == trials
-    positions = {
-        task_hash(json.loads(line)): n
-        for dataset in datasets
-        for n, line in enumerate(dataset.read_text().splitlines())
-        if line.strip()
-    }
+    positions, start = {}, 0  # each dataset's range of task indices follows the one before (its rows)
+    for dataset in datasets:
+        rows = [line for line in dataset.read_text().splitlines() if line.strip()]
+        positions.update({task_hash(json.loads(line)): start + n for n, line in enumerate(rows)})
+        start += len(rows)
     for record in records:
         assert record["_ng_task_index"] == positions[record["_pytest_gym_task_hash"]]  # the row's place, stable
         assert (record["_ng_environment_server"], record["_ng_result_type"]) == (env_server, "legacy_agent")
@@ -127,8 +126,8 @@ def test_two_datasets_in_one_run_keep_their_trajectories_apart(
     """The same task indices in both (0..4): Gym's default capture key "<task>-<rollout>" would collide, and a
     record paired with its input by the indices would get the other dataset's (an identity-mismatch gap).
 
-    Gym's own tools key a run folder by (task index, rollout index), which repeat here: health-check reads
-    the folder, but profile and strict export refuse the repeated keys (one dataset per run for those)."""
+    Gym's own tools key a run folder by (task index, rollout index): each dataset has its own range of task
+    indices, so health-check, profile, export (without Gym's own resolution gap) and compare read the folder."""
     other = pytester.path / "other.jsonl"
     rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
     for row in rows:
@@ -139,10 +138,18 @@ def test_two_datasets_in_one_run_keep_their_trajectories_apart(
     )
     result.assert_outcomes(passed=4, failed=6)
     run = pytester.path / "run"
-    check_run_folder(gym_cli, run, [example, other], 10, "mcqa_environment_server", 0, tools=False)
+    check_run_folder(gym_cli, run, [example, other], 10, "mcqa_environment_server", 0)
     ids = [record["_ng_rollout_id"] for record in read_jsonl(run / "rollouts.jsonl")]
     assert len(set(ids)) == 10, ids
     assert len(list((run / "model_calls").glob("*.capture.jsonl"))) == 10
+    compare = gym(
+        gym_cli,
+        *("eval", "compare", "--baseline", str(run / "rollouts.jsonl"), "--candidates", str(run / "rollouts.jsonl")),
+        *("--output-dir", "compare", "--report-format", "json"),
+        cwd=pytester.path,
+    )
+    assert compare.returncode == 0, compare.stdout + compare.stderr
+    assert list((pytester.path / "compare").glob("*.json"))
 
 
 def tool_call_example(gym_cli: str, folder: Path) -> Path:

@@ -234,6 +234,8 @@
     if (trial.latency !== undefined) { head += "<span>" + num(trial.latency) + " s</span>"; }
     if (trial.tokens) { head += '<span title="input / output / total tokens">' + num(trial.tokens[0]) + " \u2192 " + num(trial.tokens[1]) + " tokens</span>"; }
     head += "<span>" + (trial.attempts || 1) + " attempt" + ((trial.attempts || 1) > 1 ? "s" : "") + "</span>";
+    if (trial.health) { head += ' <span class="tag err" title="Gym\'s health checks">' + esc(trial.health.join(", ")) + "</span>"; }
+    if (trial.trace && /^https?:\/\//.test(trial.trace)) { head += '<span><a class="trace" rel="noopener noreferrer" href="' + esc(trial.trace) + '">trace</a></span>'; }
     var command = "pytest " + shellQuote(nodeid(t, trial));
     var out = '<div class="trial ' + cls + '"><div class="head">' + head + "</div>";
     out += '<div class="rerun"><code>' + esc(command) + '</code><button type="button" class="copy" data-copy="' + esc(command) + '">copy</button></div>';

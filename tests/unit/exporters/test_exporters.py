@@ -260,7 +260,7 @@ def test_extra_classes_from_a_conftest_hook_are_checked() -> None:
             raise AssertionError
 
     found = available_exporters(entry_point_group="pytest_gym.no_such_group", extra=[CustomExporter, NoSettings])  # type: ignore[list-item]
-    assert set(found) == {"summary", "mlflow", "github", "custom"}
+    assert set(found) == {"summary", "mlflow", "github", "wandb", "custom"}
     assert "Settings is not a pydantic model" in found.broken["nosettings"]
 
 

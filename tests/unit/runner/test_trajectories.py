@@ -31,16 +31,20 @@ def test_environment_servers_are_named_as_gym_stamps_them() -> None:
     assert environment_servers(endpoint(None, False)) == {"a": EnvironmentServer("a_env", "legacy_agent")}
 
 
-def test_an_attached_gym_gets_a_note_and_the_records_stay(tmp_path: Path) -> None:
+def test_an_attached_gym_without_gyms_interpreter_here_keeps_the_records_and_says_why(tmp_path: Path) -> None:
+    """Attached, Gym's collector step runs without captures (tests/gym/test_health.py, with a real Gym); with
+    no Gym installed here it cannot, and the records stay as Gym answered them."""
     raw = json.dumps(RECORD) + "\n"
     (tmp_path / ROLLOUTS_FILE).write_text(raw)
     (tmp_path / ATTACHED_FILE).write_text(json.dumps(endpoint(str(tmp_path / "captures"), False).to_json()))
-    run = GymRun(GymSettings(url="http://127.0.0.1:3"), tmp_path, owner=True)
+    run = GymRun(GymSettings(url="http://127.0.0.1:3", cli=str(tmp_path / "no-gym")), tmp_path, owner=True)
+    run.start_trajectories()
+    assert run.finalizer is None
     run.finalize_trajectories()
     assert (tmp_path / ROLLOUTS_FILE).read_text() == raw
     [note] = run.notes
-    assert "attached Gym" in note
-    assert "--gym-trajectories off" in note
+    assert "Gym's interpreter was not found beside" in note
+    assert "--gym-cli" in note
 
 
 def test_when_gyms_step_fails_the_raw_records_stay_and_a_note_says_why(tmp_path: Path) -> None:
