@@ -40,6 +40,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from pytest_gym.core.answers import final_text, prompt_text
+from pytest_gym.core.answers import steps as answer_steps
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
 from pytest_gym.core.masking import Masker
@@ -144,79 +146,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _content_text(content: Any) -> str:
-    """The text of a message's content: a string, or a list of parts (input_text, output_text, ...)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping):
-                text = part.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-                elif part.get("type"):
-                    parts.append(f"[{part.get('type')}]")
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
-    return "" if content is None else json.dumps(content, ensure_ascii=False, default=str)
-
-
-def prompt_text(params: Any) -> str:
-    """The prompt of ``responses_create_params``: instructions and input messages, roles shown when several."""
-    if not isinstance(params, Mapping):
-        return ""
-    messages: list[tuple[str, str]] = []
-    instructions = params.get("instructions")
-    if isinstance(instructions, str) and instructions:
-        messages.append(("instructions", instructions))
-    given = params.get("input")
-    if isinstance(given, str):
-        messages.append(("user", given))
-    elif isinstance(given, list):
-        for item in given:
-            if not isinstance(item, Mapping):
-                continue
-            if "content" in item:
-                messages.append(
-                    (str(item.get("role") or item.get("type") or "message"), _content_text(item["content"]))
-                )
-            else:
-                messages.append(_step_text(item))
-    if len(messages) == 1 and messages[0][0] == "user":
-        return messages[0][1]
-    return "\n\n".join(f"[{role}] {text}" for role, text in messages)
-
-
-def _step_text(item: Mapping[str, Any]) -> tuple[str, str]:
-    """(kind, text) of one Responses-API output item."""
-    kind = str(item.get("type") or "item")
-    if kind == "message":
-        return (str(item.get("role") or "assistant"), _content_text(item.get("content")))
-    if kind == "function_call":
-        arguments = item.get("arguments")
-        shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
-        return ("call", f"{item.get('name') or '?'}({shown})")
-    if kind == "function_call_output":
-        output = item.get("output")
-        return ("result", output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
-    if kind == "reasoning":
-        summary = item.get("summary")
-        text = _content_text(summary) if summary else _content_text(item.get("content"))
-        return ("reasoning", text)
-    rest = {k: v for k, v in item.items() if k not in ("id", "status")}
-    return (kind, json.dumps(rest, ensure_ascii=False, default=str))
-
-
-def _steps(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
-    response = answer.get("response")
-    output = response.get("output") if isinstance(response, Mapping) else None
-    if not isinstance(output, list):
-        return []
-    return [_step_text(item) for item in output if isinstance(item, Mapping)]
 
 
 def _tokens(answer: Mapping[str, Any]) -> list[int] | None:
@@ -586,10 +515,8 @@ class _Builder:
         tokens = _tokens(record)
         if tokens:
             out["tokens"] = tokens
-        steps = _steps(record)
-        answer = next((text for kind, text in reversed(steps) if kind == "assistant"), "")
-        if not answer and steps:
-            answer = steps[-1][1]
+        steps = answer_steps(record)
+        answer = final_text(record)
         if steps and steps[-1] == ("assistant", answer):
             steps = steps[:-1]  # the answer, shown as such
         # The answer and the steps before it share the trial's budget: the steps take at most half, in steps of
