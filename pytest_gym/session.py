@@ -84,6 +84,7 @@ class GymSession:
         self.merged: ShardRecords | None = plan.merged
         self.gates = list(plan.gates)
         self.reusable = plan.reusable
+        self.known = plan.known
         #: In a shard: per suite, the labels of the gates left to the merge.
         self.deferred_gates: dict[str, list[str]] = {}
         workerinput = getattr(config, "workerinput", None)
@@ -123,7 +124,10 @@ class GymSession:
         if self.owner:
             judged = settings.model_copy(update={"baseline": None, "update_baseline": False})
             self.results = SuiteResults(
-                judged if self.deferred else settings, self.gates, settings_for=self.suites.judged_settings
+                judged if self.deferred else settings,
+                self.gates,
+                settings_for=self.suites.judged_settings,
+                known=plan.known,
             )
             self.results.narrowed = bool(
                 config.getoption("keyword")
@@ -505,7 +509,7 @@ class GymSession:
         if html_note:
             self.add_note(html_note)
         failed = False
-        session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
+        session.testscollected += sum(len(v.gates) + (v.comparison is not None) + v.expired for v in verdicts)
         session.testscollected += sum(len(labels) + has_baseline for labels, has_baseline in deferred.values())
         for verdict in verdicts:
             self._step(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,11 @@ from pytest_gym.judge.baseline import (
     update_baselines,
 )
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.known import KnownFailures, SuiteKnown, known_summary, quarantine
 from pytest_gym.judge.stats import SuiteStats, suite_stats
 from pytest_gym.judge.summary import BaselineSummary, FlakyTask, GateSummary, SuiteSummary, TaskRef, TotalsSummary
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
+from pytest_gym.judge.verdict_word import annotate
 
 
 class BadGate(ValueError):
@@ -83,10 +85,20 @@ class SuiteVerdict:
     #: task hash -> dataset line, to name tasks in messages
     lines: dict[str, int] = field(default_factory=dict)
     baseline_path: str | None = None
+    #: --gym-verdict (trial or gate) and --gym-known-failures-strict: how the verdict word reads the trials.
+    mode: str = "trial"
+    strict_known: bool = False
+    #: --gym-known-failures: the suite's quarantined and expired tasks.
+    known: SuiteKnown | None = None
 
     @property
     def failed(self) -> bool:
         return any(not g.passed for g in self.gates) or bool(self.comparison and self.comparison.regressed)
+
+    @property
+    def expired(self) -> int:
+        """Expired known-failure entries naming this suite's tasks (each reported as a failing test)."""
+        return len(self.known.expired) if self.known is not None else 0
 
     def task_label(self, task_hash: str) -> str:
         return task_label(task_hash, self.lines.get(task_hash))
@@ -131,7 +143,10 @@ class SuiteVerdict:
             totals=TotalsSummary(**self.totals.to_dict()) if self.totals is not None else None,
             baseline_note=self.baseline_note,
             narrowed=self.narrowed,
+            failed_trials=sum(ts.n - ts.successes for ts in s.per_task.values()),
         )
+        if self.known is not None:
+            summary.known_failures = known_summary(self.known, s, self.lines)
         c = self.comparison
         if c is not None:
             summary.baseline = BaselineSummary(
@@ -152,7 +167,11 @@ class SuiteVerdict:
                 regressed=c.regressed,
                 settings_mismatch=list(c.settings_mismatch),
             )
-        return summary
+            if self.known is not None:
+                held = self.known.quarantined
+                summary.baseline.quarantined_new_failures = [TaskRef(**t) for t in c.named(held.get("new_failures", []))]
+                summary.baseline.quarantined_fixed = [TaskRef(**t) for t in c.named(held.get("fixed", []))]
+        return annotate(summary, self.mode, self.strict_known)
 
 
 SuiteSettings = Callable[[str], tuple[GymSettings, list[Gate]]]
@@ -168,6 +187,8 @@ class SuiteResults:
     settings_for: SuiteSettings | None = None
     trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
     narrowed: bool = False
+    #: --gym-known-failures: listed tasks are quarantined (left out of the gates and the flip counts).
+    known: KnownFailures | None = None
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
@@ -212,8 +233,17 @@ class SuiteResults:
             stats = suite_stats(rewards, settings.min_reward, errors, settings.task_pass)
             totals = suite_totals([r.cost() for r in records], settings.price_in, settings.price_out)
             verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
+            verdict.mode, verdict.strict_known = settings.verdict, settings.known_failures_strict
             no_comparison = self._baseline(verdict, settings, stored, updates)
-            verdict.gates = [evaluate(g, stats, verdict.comparison, no_comparison) for g in gates]
+            judged = stats
+            if self.known is not None:
+                verdict.known = quarantine(self.known, suite, list(rewards))
+                judged = self._quarantined(verdict, rewards, errors, settings)
+            verdict.gates = [evaluate(g, judged, verdict.comparison, no_comparison) for g in gates]
+            if judged is not stats:
+                count = len(verdict.known.listed) if verdict.known is not None else 0
+                left_out = f" (judged without the {count} quarantined task{'s' * (count != 1)}: known failures)"
+                verdict.gates = [replace(g, reason=g.reason + left_out) for g in verdict.gates]
             verdicts.append(verdict)
         for path, baselines in updates.items():
             notes = update_baselines(path, baselines)
@@ -221,6 +251,28 @@ class SuiteResults:
                 if verdict.suite in baselines and notes:
                     verdict.baseline_note = "; ".join([verdict.baseline_note or "", *notes]).lstrip("; ")
         return verdicts
+
+    @staticmethod
+    def _quarantined(
+        verdict: SuiteVerdict, rewards: dict[str, list[float]], errors: dict[str, int], settings: GymSettings
+    ) -> SuiteStats:
+        """The stats the gates judge: without the quarantined tasks; their flips leave the baseline's counts."""
+        known = verdict.known
+        if known is None or not known.listed:
+            return verdict.stats
+        c = verdict.comparison
+        if c is not None:
+            held = {key: [h for h in getattr(c, key) if h in known.listed] for key in ("new_failures", "fixed")}
+            known.quarantined = held
+            verdict.comparison = replace(
+                c,
+                new_failures=[h for h in c.new_failures if h not in known.listed],
+                fixed=[h for h in c.fixed if h not in known.listed],
+            )
+        kept = {h: r for h, r in rewards.items() if h not in known.listed}
+        return suite_stats(
+            kept, settings.min_reward, {h: e for h, e in errors.items() if h in kept}, settings.task_pass
+        )
 
     @staticmethod
     def _baseline_settings(s: GymSettings) -> dict[str, Any]:

@@ -43,6 +43,24 @@ def _tasks(tasks: list[TaskRef], limit: int = _SHOW_FAILURES) -> str:
     return (shown + more) or "none"
 
 
+def _known_lines(s: SuiteSummary) -> list[str]:
+    """--gym-known-failures: the quarantined tasks that failed, those that pass now, the expired entries."""
+    known = s.known_failures
+    if known is None:
+        return []
+    lines = []
+    for what, tasks in (
+        ("quarantined, failing (xfail)", known.failing),
+        ("known failures that pass now (remove from the list)", known.fixed),
+        ("expired known-failure entries", known.expired),
+    ):
+        if tasks:
+            shown = ", ".join(f"{t.label} [{t.entry}]" for t in tasks[:_SHOW_FAILURES])
+            more = f" and {len(tasks) - _SHOW_FAILURES} more" if len(tasks) > _SHOW_FAILURES else ""
+            lines.append(f"  {what} ({len(tasks)}): {shown}{more}")
+    return lines
+
+
 def summary_lines(
     suites: dict[str, SuiteSummary],
     update_command: str | None,
@@ -59,6 +77,8 @@ def summary_lines(
             f"{name}: {s.tasks} tasks, {s.all_trials} trials, {s.errors} errors, "
             f"mean reward {_fmt(s.mean_reward)}{ci}" + (f", {passes}" if passes else "")
         )
+        if s.verdict:
+            lines.append(f"  verdict: {s.verdict} ({s.verdict_text})")
         if s.narrowed:
             lines.append("  (only the selected trials count: the selection narrowed the suite)")
         if s.totals is not None:
@@ -75,6 +95,7 @@ def summary_lines(
             lines += [f"  gate {label}: {why}" for label in labels.get(name, [])]
             if baseline:
                 lines.append(f"  baseline: {why}")
+        lines += _known_lines(s)
         c = s.baseline
         if c is not None:
             p_drop = f"{c.p_drop:.3g}" if c.p_drop is not None else "n/a"
@@ -87,6 +108,9 @@ def summary_lines(
                 lines.append(f"  new failures ({len(c.new_failures)}): {_tasks(c.new_failure_tasks)}")
             if c.fixed:
                 lines.append(f"  fixed ({len(c.fixed)}): {_tasks(c.fixed_tasks)}")
+            for what, held in (("new failures", c.quarantined_new_failures), ("fixed", c.quarantined_fixed)):
+                if held:
+                    lines.append(f"  quarantined {what} (known failures, not counted): {_tasks(held)}")
             if c.new_tasks:
                 lines.append(f"  new tasks (not in baseline): {len(c.new_tasks)}")
             if c.unused:
