@@ -48,12 +48,15 @@ def test_entries_name_tasks_by_hash_prefix_or_node_id(tmp_path: Path) -> None:
     first, second, third = known.entries
     assert (first.line, first.link, first.expires) == (2, "https://github.com/org/repo/issues/12", None)
     assert (second.line, second.expires) == (5, date(2999, 12, 31))
-    assert first.matches("anything.jsonl", HASHES[0]) and not first.matches("a.jsonl", HASHES[1])
-    assert second.matches("data.jsonl", HASHES[1]) and not second.matches("other.jsonl", HASHES[1])
+    assert first.matches("anything.jsonl", HASHES[0])
+    assert not first.matches("a.jsonl", HASHES[1])
+    assert second.matches("data.jsonl", HASHES[1])
+    assert not second.matches("other.jsonl", HASHES[1])
     assert third.matches("data.jsonl", HASHES[2])  # upper-case hex is the same hash
     assert known.active_for("data.jsonl", HASHES[2]) is None  # expired: quarantines nothing
     assert known.entry_for("data.jsonl", HASHES[2]) is third
-    assert third.expired(date(2026, 6, 1)) and not second.expired(date(2026, 6, 1))
+    assert third.expired(date(2026, 6, 1))
+    assert not second.expired(date(2026, 6, 1))
     assert [e.where for e in known.unused([("data.jsonl", HASHES[0])])] == ["known.yaml:5", "known.yaml:8"]
     assert third.describe() == f"known.yaml:8 task {HASHES[2][:10]} (flaky upstream)"
 
@@ -139,7 +142,8 @@ def test_listed_failures_xfail_and_listed_passes_xpass(
 
 def test_strict_makes_a_fixed_known_failure_fail(pytester: pytest.Pytester, gym: McqaGym) -> None:
     write(pytester.path, KNOWN)
-    result = run(pytester, gym, "--gym-known-failures", "known.yaml", "--gym-known-failures-strict", "-k", HASHES[3][:12])
+    strict = ("--gym-known-failures", "known.yaml", "--gym-known-failures-strict")
+    result = run(pytester, gym, *strict, "-k", HASHES[3][:12])
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*[[]XPASS(strict)[]] fixed: remove from the list: known.yaml:4 task*"])
 

@@ -253,7 +253,8 @@ def load_known_failures(path: Path | str, shown: str | None = None, today: date 
     for number, (item_node, item) in enumerate(zip(node.value, data, strict=True), start=1):
         entry = _entry(item_node, item, number, path, shown)
         if entry.task in first:
-            raise KnownFailuresError(path, entry.line, f"task {entry.task} is listed twice (also line {first[entry.task]})")
+            twice = f"task {entry.task} is listed twice (also line {first[entry.task]})"
+            raise KnownFailuresError(path, entry.line, twice)
         first[entry.task] = entry.line
         found.entries.append(entry)
     return found

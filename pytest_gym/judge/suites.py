@@ -169,8 +169,9 @@ class SuiteVerdict:
             )
             if self.known is not None:
                 held = self.known.quarantined
-                summary.baseline.quarantined_new_failures = [TaskRef(**t) for t in c.named(held.get("new_failures", []))]
-                summary.baseline.quarantined_fixed = [TaskRef(**t) for t in c.named(held.get("fixed", []))]
+                named = {key: [TaskRef(**t) for t in c.named(held.get(key, []))] for key in ("new_failures", "fixed")}
+                summary.baseline.quarantined_new_failures = named["new_failures"]
+                summary.baseline.quarantined_fixed = named["fixed"]
         return annotate(summary, self.mode, self.strict_known)
 
 

@@ -51,8 +51,7 @@ def verdict_of(s: SuiteSummary, mode: str = "trial", strict_known: bool = False)
         if open_failed:
             parts.append(f"{open_failed} of {_plural(total, 'trial')} {verb}")
         elif total - held - s.errors > 0:
-            other = " other" if held else ""
-            parts.append(f"all {_plural(total - held - s.errors, other.strip() + ' trial' if other else 'trial')} passed")
+            parts.append(f"all {_plural(total - held - s.errors, 'other trial' if held else 'trial')} passed")
         if s.errors:
             parts.append(f"{_plural(s.errors, 'trial')} errored")
     if failing_known:
