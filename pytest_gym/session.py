@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,19 +33,19 @@ from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
+from pytest_gym.judge.verdict_word import annotate
 from pytest_gym.report.junit import flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
+from pytest_gym.review import compare_answers
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.layout import (
     EXPORTED_FILES,
-    RUN_INFO_FILE,
     RUN_STARTED_FILE,
 )
 from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
-from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import write_summary
 from pytest_gym.runner.plan import PlanError, RunPlan, build_plan
@@ -183,22 +184,8 @@ class GymSession:
         config.pluginmanager.register(session, SESSION_PLUGIN)
         session._install_sigterm()
         if owner and plan.shard is not None and not config.option.collectonly:
-            session._write_shard_info()
+            session.suites.write_shard_info(str(plan.shard))
         return session
-
-    def _write_shard_info(self) -> None:
-        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
-        settings = self.settings
-        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
-        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
-        write_run_info(
-            self.run_dir,
-            settings,
-            shard=str(self.shard),
-            repeats=settings.repeats,
-            datasets=dataset_entries(settings.dataset, self.config.rootpath),
-            rootdir=str(self.config.rootpath),
-        )
 
     def _configured_exporters(self) -> list[Exporter]:
         if not self.settings.export and not self.settings.export_opt:
@@ -492,9 +479,18 @@ class GymSession:
                 f"gates and baselines judged on shard {self.shard}'s part of the suite (--gym-shard-verdicts)"
             )
         suites = {v.suite: v.summary() for v in verdicts}
-        for suite, (labels, _) in deferred.items():
-            suites[suite].gates_deferred = dict.fromkeys(labels, self.deferred or "")
+        for v in (v for v in verdicts if v.suite in deferred):
+            suites[v.suite].gates_deferred = dict.fromkeys(deferred[v.suite][0], self.deferred or "")
+            annotate(suites[v.suite], v.mode, v.strict_known)  # its words say the gates wait
+        settings_of = lambda name: self.suites.suite_settings(name)[0]  # noqa: E731
+        compared = self._step("comparing answers", compare_answers, self.run_dir, verdicts, suites, settings_of,
+                              self.config.rootpath)  # fmt: skip
+        sources, notes = compared or ({}, [])
+        for note in notes:
+            self.add_note(note)
         summary = RunSummary(run_dir=str(self.run_dir), suites=suites, notes=list(self.notes))
+        summary.finished_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        summary.baseline_run = str(next(iter(sources.values()))) if sources else None
         if self.shard is not None:
             summary.shard, summary.verdicts = str(self.shard), "deferred" if self.deferred else "judged"
         if self.merged is not None:
@@ -505,7 +501,7 @@ class GymSession:
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
         from pytest_gym.report.html import write_html
 
-        html_note = write_html(self.run_dir, self.settings.baseline, self.settings.html)
+        html_note = write_html(self.run_dir, self.settings.baseline, self.settings.html, sources)
         if html_note:
             self.add_note(html_note)
         failed = False

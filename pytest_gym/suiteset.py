@@ -23,7 +23,8 @@ from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import SuiteVerdict
-from pytest_gym.runfolder.layout import BENCHMARK_METRICS_FILE
+from pytest_gym.runfolder.layout import BENCHMARK_METRICS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
 from pytest_gym.runner.plan import PlanError, gates_of
 from pytest_gym.suitefile import suite_settings
 
@@ -64,6 +65,20 @@ class Suites:
         self.benchmark_suites: dict[str, tuple[str, str | None]] = {}
         #: Gym's own metrics of each benchmark suite, for the terminal.
         self.gym_metric_lines: list[str] = []
+
+    def write_shard_info(self, shard: str) -> None:
+        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
+        settings = self.settings
+        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
+        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
+        write_run_info(
+            self.run_dir,
+            settings,
+            shard=shard,
+            repeats=settings.repeats,
+            datasets=dataset_entries(settings.dataset, self.config.rootpath),
+            rootdir=str(self.config.rootpath),
+        )
 
     def benchmark_dataset(self, name: str, settings: GymSettings, data: str | None, where: str) -> Path:
         """A benchmark suite's prepared data (prepared now if needed); its servers join the run's Gym."""

@@ -90,6 +90,8 @@ class SuiteVerdict:
     strict_known: bool = False
     #: --gym-known-failures: the suite's quarantined and expired tasks.
     known: SuiteKnown | None = None
+    #: The run folder the suite's baseline remembers (``Baseline.run``), for the answer-level comparison.
+    remembered_run: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -236,6 +238,7 @@ class SuiteResults:
             verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
             verdict.mode, verdict.strict_known = settings.verdict, settings.known_failures_strict
             no_comparison = self._baseline(verdict, settings, stored, updates)
+            verdict.remembered_run = self._remember(verdict, settings, stored, updates, rootdir)
             judged = stats
             if self.known is not None:
                 verdict.known = quarantine(self.known, suite, list(rewards))
@@ -252,6 +255,28 @@ class SuiteResults:
                 if verdict.suite in baselines and notes:
                     verdict.baseline_note = "; ".join([verdict.baseline_note or "", *notes]).lstrip("; ")
         return verdicts
+
+    @staticmethod
+    def _remember(
+        verdict: SuiteVerdict,
+        settings: GymSettings,
+        stored: dict[str, StoredBaselines | BaselineError | None],
+        updates: dict[str, dict[str, Baseline]],
+        rootdir: Path,
+    ) -> str | None:
+        """The baseline run folder: written into an updated baseline (--gym-baseline-run), read from a stored one."""
+        path, suite = settings.baseline, verdict.suite
+        if not path:
+            return None
+        if suite in updates.get(path, {}):
+            if settings.baseline_run:
+                run = Path(settings.baseline_run)
+                shown = str(run.relative_to(rootdir)) if run.is_relative_to(rootdir) else str(run)
+                updates[path][suite] = updates[path][suite].model_copy(update={"run": shown})
+            return None
+        found = stored.get(path)
+        baseline = found.for_suite(suite, set(verdict.stats.per_task)) if isinstance(found, StoredBaselines) else None
+        return baseline.run if baseline is not None else None
 
     @staticmethod
     def _quarantined(

@@ -33,7 +33,7 @@ import json
 import math
 import re
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
@@ -53,6 +53,9 @@ from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats, task_stat
 from pytest_gym.judge.suites import SuiteVerdict
 from pytest_gym.judge.summary import BaselineSummary, SuiteSummary, SummaryError
 from pytest_gym.judge.totals import TrialCost, suite_totals
+from pytest_gym.judge.verdict_word import verdict_of
+from pytest_gym.report.changes import changes_of, section
+from pytest_gym.runfolder.diff import reward_key_of
 from pytest_gym.runfolder.layout import (
     AGGREGATE_FILE,
     FAILURES_FILE,
@@ -86,6 +89,8 @@ _NOT_FIELDS = frozenset(
 )  # fmt: skip
 #: A baseline file for every suite, or one per suite (by the path part of its node ids).
 Baselines: TypeAlias = "str | Path | Mapping[str, str | Path] | None"
+#: The same for the baseline run folder (--gym-baseline-run): the Changes section shows its answers beside these.
+BaselineRuns: TypeAlias = "str | Path | Mapping[str, str | Path] | None"
 _HEX12 = re.compile(r"[0-9a-f]{12}")
 #: Characters of text kept for all trials (answers, steps, errors) and for all prompts, shared out so that a
 #: trial of a failing or errored task gets ``_INTERESTING`` times the share of a passing one; each share is
@@ -345,9 +350,10 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 class _Builder:
-    def __init__(self, run_dir: Path, baseline: Baselines) -> None:
+    def __init__(self, run_dir: Path, baseline: Baselines, baseline_run: BaselineRuns = None) -> None:
         self.run_dir = run_dir
         self.baseline = baseline
+        self.baseline_run = baseline_run
         self.mask = _Masker()
         self.notes: list[str] = []
 
@@ -390,7 +396,10 @@ class _Builder:
         tasks_out: list[dict[str, Any]] = []
         for name, entry, min_reward, rule, own in plan:
             built = [self._task(t, rows.get(t.key), min_reward, reward_key, weight[id(t)], rule) for t in own]
+            prompts = {b["_full_hash"]: b["prompt"] for b in built}
+            position = {b["hash"]: len(tasks_out) + i for i, b in enumerate(built)}
             suites.append(self._suite(name, entry, built, min_reward, len(tasks_out)))
+            self._changes(suites[-1], entry, (min_reward, rule), rows, reward_key, prompts, position)
             tasks_out.extend(built)
         clipped = {
             "trial": _bounded(self.trial_unit, _TRIAL_BOUNDS),
@@ -415,6 +424,43 @@ class _Builder:
             "suites": suites,
             "tasks": tasks_out,
         }
+
+    def _changes(
+        self,
+        suite: dict[str, Any],
+        entry: SuiteSummary | None,
+        judged_by: tuple[float, str],
+        rows: Mapping[str, dict[str, Any]],
+        reward_key: str,
+        prompts: Mapping[str, str],
+        position: Mapping[str, int],
+    ) -> None:
+        """The suite's part of the Changes section: the tasks that flipped or moved, both runs side by side."""
+        name = suite["name"]
+        given = self.baseline_run.get(name) if isinstance(self.baseline_run, Mapping) else self.baseline_run
+        folder = Path(given) if given else None
+        if folder is not None and not folder.is_dir():
+            self.notes.append(f"{name}: the baseline run {given} is not a folder: no answers to compare with")
+            folder = None
+        rule = _RULES.get(judged_by[1], "all")
+        found = changes_of(entry, name, self.run_dir, folder, lambda _: (judged_by[0], rule))
+        if found is None:
+            return
+        self.trial_chars = _bounded(self.trial_unit * _INTERESTING, _TRIAL_BOUNDS)
+        theirs = reward_key_of(folder) if folder is not None else reward_key
+
+        def view(key: str) -> Callable[[dict[str, Any], bool, int], dict[str, Any]]:
+            def trial(record: dict[str, Any], scored: bool, repeat: int) -> dict[str, Any]:
+                found_stamps = stamps(record)
+                row = rows.get(found_stamps.task_hash or "") or {}
+                short = (found_stamps.task_hash or "")[:12]
+                return self._trial(_Trial(repeat, record, scored, None), row, key, short, name)
+
+            return trial
+
+        suite["changes"] = section(
+            found, name, self.run_dir, folder, (view(theirs), view(reward_key)), prompts.get, position, self.mask.text
+        )
 
     def _gym_metrics(self) -> list[dict[str, Any]]:
         entries = _read_json(self.run_dir / AGGREGATE_FILE)
@@ -582,12 +628,16 @@ class _Builder:
             "numbers": mask.data(_numbers(entry, source)),
             "gates": gates,
             "failed": any(not g["passed"] for g in gates) or bool(baseline and baseline.get("regressed")),
+            # The judge's words (a summary written before they existed: the judge's code, on the summary).
+            "verdict": entry.verdict or verdict_of(entry)[0],
+            "verdict_text": mask.text(entry.verdict_text if entry.verdict else verdict_of(entry)[1]),
             "baseline": baseline,
             "baseline_note": mask.text(entry.baseline_note) if entry.baseline_note else None,
             "flaky": sorted(position[i] for i in flaky_ids),
             "totals": mask.data(entry.totals.model_dump(mode="json")) if entry.totals is not None else {},
             "other": [[k, v] for k, v in other],
             "task_count": len(tasks),
+            "changes": None,
         }
         for task in tasks:
             task.pop("_full_hash", None)
@@ -654,14 +704,14 @@ _RULES: dict[str, Rule] = {"all": "all", "majority": "majority", "any": "any"}
 _CHANGE_ORDER = {"new_failure": 0, "fixed": 1, None: 2}
 
 
-def report_data(run_dir: Path, baseline: Baselines = None) -> dict[str, Any]:
+def report_data(run_dir: Path, baseline: Baselines = None, baseline_run: BaselineRuns = None) -> dict[str, Any]:
     """The page's data: run, suites (numbers, gates and their tasks, baseline, flaky, totals) and tasks.
 
     ``baseline`` is the ``--gym-baseline`` file the run was compared with (or a mapping from suite, the path
     part of its node ids, to its file): every task's mean reward before. It is read only for suites whose
     summary has a comparison; without it they show what the summary says.
     """
-    return _Builder(Path(run_dir), baseline).build()
+    return _Builder(Path(run_dir), baseline, baseline_run).build()
 
 
 # -- the page ---------------------------------------------------------------------------------------------
@@ -719,14 +769,16 @@ def render(data: dict[str, Any]) -> str:
     )
 
 
-def build_report(run_dir: Path, output: Path | None = None, baseline: Baselines = None) -> Path:
+def build_report(
+    run_dir: Path, output: Path | None = None, baseline: Baselines = None, baseline_run: BaselineRuns = None
+) -> Path:
     """Write the run's page (default ``run_dir/report.html``) in one step and return its path.
 
     ``baseline``: see :func:`report_data`.
     """
     run_dir = Path(run_dir)
     target = Path(output) if output is not None else run_dir / REPORT_FILE
-    html = render(report_data(run_dir, baseline))
+    html = render(report_data(run_dir, baseline, baseline_run))
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(target, html.encode("utf-8"), fsync=False)
     return target
@@ -761,10 +813,12 @@ def _summary_entry(entry: SuiteSummary) -> dict[str, Any]:
     }
 
 
-def write_html(run_dir: Path, baseline: Baselines = None, copy_to: str | None = None) -> str | None:
+def write_html(
+    run_dir: Path, baseline: Baselines = None, copy_to: str | None = None, baseline_run: BaselineRuns = None
+) -> str | None:
     """The run's page in its folder (and a copy at ``copy_to``, ``--gym-html``); a note when it cannot be written."""
     try:
-        page = build_report(run_dir, baseline=baseline)
+        page = build_report(run_dir, baseline=baseline, baseline_run=baseline_run)
         if copy_to:
             Path(copy_to).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(page, copy_to)

@@ -6,9 +6,11 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import ChangesSummary, SuiteSummary, TaskRef, TotalsSummary
 
 _SHOW_FAILURES = 5
+#: Flips against the baseline run listed with both answers.
+TOP_FLIPS = 5
 
 
 def _fmt(value: float | None) -> str:
@@ -41,6 +43,26 @@ def _tasks(tasks: list[TaskRef], limit: int = _SHOW_FAILURES) -> str:
     shown = ", ".join(t.label for t in tasks[:limit])
     more = f" and {len(tasks) - limit} more" if len(tasks) > limit else ""
     return (shown + more) or "none"
+
+
+def changes_lines(changes: ChangesSummary | None, top: int = TOP_FLIPS) -> list[str]:
+    """--gym-baseline-run: the counts, then the top flips, each with the baseline's and this run's final answer."""
+    if changes is None:
+        return []
+    lines = [
+        f"  changes against the baseline run {changes.baseline_run}: {changes.new_failures} new failures, "
+        f"{changes.fixed} fixed, {changes.moved} moved (of {changes.shared_tasks} tasks both runs measured)"
+    ]
+    flips = changes.flips
+    for task in flips[:top]:
+        kind = "new failure" if task.kind == "new_failure" else "fixed"
+        lines.append(f"    {kind} {task.label}: mean reward {_fmt(task.before_mean)} -> {_fmt(task.after_mean)}")
+        lines.append(f"      baseline r{task.before_repeat}: {task.before_answer}")
+        lines.append(f"      this run r{task.after_repeat}: {task.after_answer}")
+    more = changes.new_failures + changes.fixed - min(top, len(flips))
+    if more > 0:
+        lines.append(f"    ... and {more} more flips (the report's Changes section shows them all)")
+    return lines
 
 
 def _known_lines(s: SuiteSummary) -> list[str]:
@@ -96,6 +118,7 @@ def summary_lines(
             if baseline:
                 lines.append(f"  baseline: {why}")
         lines += _known_lines(s)
+        lines += changes_lines(s.changes)
         c = s.baseline
         if c is not None:
             p_drop = f"{c.p_drop:.3g}" if c.p_drop is not None else "n/a"
