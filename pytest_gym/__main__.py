@@ -145,6 +145,27 @@ def _comment(args: argparse.Namespace) -> int:
     return 0
 
 
+def _history(args: argparse.Namespace) -> int:
+    from pytest_gym.report.history import write_history
+
+    folders = [Path(p) for p in args.run_dirs]
+    missing = [str(p) for p in folders if not p.is_dir()]
+    if missing:
+        print(f"pytest-gym history: not run folders: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    output = Path(args.output)
+    try:
+        data = write_history(folders, output, Path(args.json) if args.json else None)
+    except OSError as exc:
+        print(f"pytest-gym history: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    for run in data["runs"]:
+        if run["problem"]:
+            print(f"note: {run['path']}: {run['problem']}", file=sys.stderr)
+    print(f"{output}: {len(data['runs'])} runs, {len(data['suites'])} suites")
+    return 0
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -221,6 +242,19 @@ def parser() -> argparse.ArgumentParser:
     )
     comment.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds per API request")
     comment.set_defaults(run=_comment)
+    history = commands.add_parser(
+        "history",
+        help="a suite's trend across run folders, as a self-contained HTML page (and JSON)",
+        description=(
+            "Draw each suite's mean reward with its 95% interval, pass@1 and pass@k, cost and latency across "
+            "run folders in time order, with the gates' thresholds; each run links to its report, and runs whose "
+            "settings differ from the run before are marked."
+        ),
+    )
+    history.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (any order: sorted by time)")
+    history.add_argument("-o", "--output", metavar="PATH", default="history.html", help="the page (history.html)")
+    history.add_argument("--json", metavar="PATH", help="also write the data as JSON")
+    history.set_defaults(run=_history)
     return main
 
 
