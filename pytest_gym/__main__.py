@@ -1,8 +1,10 @@
 """``python -m pytest_gym``: commands on run folders, outside a pytest run.
 
-``report RUN_DIR [-o PATH] [--baseline FILE]`` writes the run's self-contained HTML page.
+``report RUN_DIR [-o PATH] [--baseline FILE] [--baseline-run DIR]`` writes the run's self-contained HTML page.
 ``merge RUN_DIR... -o MERGED_DIR [--allow-missing]`` joins shard run folders into one Gym-format run folder
-(no verdicts: ``pytest --gym-merge`` judges). Each command is a subparser with its own ``run`` function.
+(no verdicts: ``pytest --gym-merge`` judges). ``comment RUN_DIR [--baseline-run DIR] [--post github|gitlab]``
+writes (and posts) the pull-request comment. ``history RUN_DIR... -o PAGE [--json PATH]`` draws the suites
+across runs. Each command is a subparser with its own ``run`` function.
 """
 
 from __future__ import annotations
