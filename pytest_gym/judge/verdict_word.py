@@ -39,6 +39,9 @@ def verdict_of(s: SuiteSummary, mode: str = "trial", strict_known: bool = False)
     decided = [label for label, g in s.gates.items() if not g.passed and not g.undecided]
     undecided = [label for label, g in s.gates.items() if not g.passed and g.undecided]
     regressed = s.baseline is not None and s.baseline.regressed
+    # The <suite>::baseline check that failed without a regression shown: no evidence, or undecided over errors.
+    baseline_undecided = s.baseline is not None and not s.baseline.passed and s.baseline.undecided
+    baseline_failed = s.baseline is not None and not s.baseline.passed and not regressed and not baseline_undecided
     expired = len(known.expired) if known is not None else 0
     fixed_known = len(known.fixed) if known is not None else 0
     failing_known = len(known.failing) if known is not None else 0
@@ -72,10 +75,15 @@ def verdict_of(s: SuiteSummary, mode: str = "trial", strict_known: bool = False)
         parts.append(f"{_plural(len(s.gates), 'gate')} passed")
     if regressed:
         parts.append("regression against the baseline")
+    elif baseline_undecided:
+        parts.append("baseline check undecided")
+    elif baseline_failed:
+        parts.append("baseline check failed")
 
     fails = (
         decided
         or regressed
+        or baseline_failed
         or s.errors
         or expired
         or total == 0
@@ -84,7 +92,7 @@ def verdict_of(s: SuiteSummary, mode: str = "trial", strict_known: bool = False)
     )
     if fails:
         word = "FAIL"
-    elif undecided:
+    elif undecided or baseline_undecided:
         word = "INCONCLUSIVE"
     elif failing_known or fixed_known or (open_failed and not s.gates and not s.gates_deferred):
         word = "WARN"

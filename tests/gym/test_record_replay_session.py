@@ -1,0 +1,76 @@
+"""Record once, replay in CI: --gym-policy record|replay through pytest, against a real Gym.
+
+The shared Gym's scripted policy (answering E) stands in for the "real" model behind the recording
+proxy; the replays run with no model at all, and must give the same JUnit outcomes with zero calls.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gym.core.dataset import task_hash
+from tests.helpers.junit import outcomes_by_test
+from tests.helpers.realgym import RealGym
+
+MODEL = "pytest-gym-scripted"
+
+
+def _start(gym_cli: str, run_dir: str, *args: str) -> tuple[str, ...]:
+    return (
+        "--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", f"--gym-cli={gym_cli}",
+        "--gym-server-venv", "auto", "--gym-agent", "mcqa_simple_agent", "--gym-model", MODEL,
+        "--gym-repeats", "2", f"--gym-run-dir={run_dir}", "--junitxml", f"{run_dir}.xml", *args,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def recorded(pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str) -> Path:
+    """A recording of the example (2 repeats) made through the proxy in front of the scripted policy."""
+    result = pytester.runpytest_subprocess(
+        *_start(gym_cli, "rec", "--gym-policy", "record", f"--gym-model-url={gym.policy_url}")
+    )
+    result.assert_outcomes(passed=4, failed=6)
+    assert gym.policy_calls() == 10
+    lines = (pytester.path / "rec" / "cassette.jsonl").read_text(encoding="utf-8").splitlines()
+    assert sum(json.loads(line)["method"] == "POST" for line in lines) == 10  # and Gym's GET /models probe
+    return pytester.path / "rec"
+
+
+def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_prompt_errors_that_task(
+    pytester: pytest.Pytester, gym: RealGym, gym_cli: str, recorded: Path
+) -> None:
+    """One recording (a Gym start each costs half a minute), replayed twice with the model gone: unchanged
+    under -n 2 (one replay server for the run; compared with the recording run, no answer changed), then with
+    one prompt changed, without xdist."""
+    gym.reset()
+    result = pytester.runpytest_subprocess(
+        *_start(gym_cli, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}", "--gym-baseline-run=rec"),
+        "-n",
+        "2",
+    )
+    result.assert_outcomes(passed=4, failed=6)
+    # Compared answer by answer with the recording run: the replay gave every answer back, nothing changed.
+    result.stdout.fnmatch_lines(
+        ["  changes against the baseline run */rec: 0 new failures, 0 fixed, 0 moved (of 5 tasks both runs measured)"]
+    )
+    assert gym.policy_calls() == 0
+    assert outcomes_by_test(pytester.path / "rep.xml") == outcomes_by_test(pytester.path / "rec.xml")
+    log = (pytester.path / "rep" / "recorder.log").read_text(encoding="utf-8")
+    assert '"hits": 10' in log
+    assert '"misses": 0' in log
+
+    rows = [json.loads(line) for line in (pytester.path / "example.jsonl").read_text().splitlines() if line.strip()]
+    rows[1]["responses_create_params"]["input"][0]["content"] += " Think twice."
+    (pytester.path / "changed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = list(_start(gym_cli, "changed", "--gym-policy", "replay", f"--gym-cassette={recorded}"))
+    args[args.index("example.jsonl")] = "changed.jsonl"
+    result = pytester.runpytest_subprocess(*args)
+    result.assert_outcomes(passed=4, failed=4, errors=2)
+    assert gym.policy_calls() == 0
+    result.stdout.fnmatch_lines(["*no recorded answer for request*input[[]0[]].content*"])
+    changed = task_hash(rows[1])[:12]
+    outcome = outcomes_by_test(pytester.path / "changed.xml")
+    assert {name for name, kind in outcome.items() if kind == "error"} == {f"{changed}[r0]", f"{changed}[r1]"}
