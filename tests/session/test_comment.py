@@ -184,6 +184,22 @@ def test_a_refused_post_says_why_and_exits_0(runs: Path, tmp_path: Path, status:
     assert TOKEN not in done.stdout + done.stderr
 
 
+def test_a_gitlab_job_token_refused_says_why_and_exits_0(runs: Path) -> None:
+    with serving("gitlab", TOKEN) as api:
+        api.fail(403, ("POST",))
+        env = {"CI_API_V4_URL": f"{api.url}/api/v4", "CI_PROJECT_ID": "7", "CI_MERGE_REQUEST_IID": "3",
+               "CI_JOB_TOKEN": TOKEN}  # fmt: skip
+        done = comment(str(runs / "pr"), "--post", "gitlab", env=env)
+    assert done.returncode == 0
+    assert fnmatch(
+        done.stderr.strip(),
+        "pytest-gym comment: not posted: GitLab answered 403 Forbidden to POST *GitLab: a job token cannot write "
+        "notes on most instances: give a project access token with --token-var*",
+    ), done.stderr
+    assert api.comments == []
+    assert TOKEN not in done.stdout + done.stderr
+
+
 def test_a_wrong_token_no_network_or_no_pull_request_say_why(runs: Path, tmp_path: Path) -> None:
     with serving("github", "another-token") as api:
         wrong = comment(str(runs / "pr"), "--post", "github", env=github_env(api.url, tmp_path))
