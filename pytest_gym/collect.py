@@ -23,6 +23,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.current import current_session
+from pytest_gym.judge.known import KnownFailures
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
@@ -74,14 +75,32 @@ def check_reward(
     xfail: bool = False,
     record: str | None = None,
     trace_url: str | None = None,
+    known: KnownFailures | None = None,
+    item: pytest.Item | None = None,
+    strict_known: bool = False,
 ) -> None:
-    """Fail a low reward; with ``--gym-verdict gate`` report it as xfail (only gates decide)."""
+    """Fail a low reward; with ``--gym-verdict gate`` report it as xfail (only gates decide).
+
+    ``known`` (``--gym-known-failures``): a listed task's low reward is xfail with the entry's reason, and its
+    passing trial is marked xfail now, so pytest reports it XPASS ("fixed: remove from the list"; a failure
+    with ``strict_known``). An expired entry quarantines nothing; the message names it.
+    """
     assert outcome.reward is not None, "check_reward needs a finished rollout"
+    suite = outcome.nodeid.split("::", 1)[0]
+    entry = known.entry_for(suite, outcome.task_hash) if known is not None else None
+    expired = entry is not None and known is not None and entry.expired(known.today)
     if outcome.reward < min_reward:
         message = failure_message(outcome, min_reward, reward_key, record, trace_url)
+        if entry is not None and expired:
+            message += f"\n  known failure expired on {entry.expires}: {entry.describe()}"
+        elif entry is not None:
+            pytest.xfail(clean_text(f"known failure: {entry.describe()}\n{message}", MAX_MESSAGE))
         if xfail:
             pytest.xfail(message)
         pytest.fail(message, pytrace=False)
+    if entry is not None and not expired and item is not None:
+        reason = clean_text(f"fixed: remove from the list: {entry.describe()}", MAX_MESSAGE)
+        item.add_marker(pytest.mark.xfail(reason=reason, strict=strict_known))
 
 
 def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
@@ -94,7 +113,15 @@ def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None
             f"{session.run_dir / ROLLOUTS_FILE} (_ng_task_index={spec.task_index}, _ng_rollout_index={spec.repeat})"
         )
     check_reward(
-        gym_rollout, spec.min_reward, spec.reward_key, xfail=spec.xfail_low, record=record, trace_url=spec.trace_url
+        gym_rollout,
+        spec.min_reward,
+        spec.reward_key,
+        xfail=spec.xfail_low,
+        record=record,
+        trace_url=spec.trace_url,
+        known=session.known if session is not None else None,
+        item=request.node,
+        strict_known=session is not None and session.settings.known_failures_strict,
     )
 
 

@@ -15,6 +15,8 @@ import pytest
 from pytest_gym.core.outcome import TrialSpec
 
 if TYPE_CHECKING:
+    from pytest_gym.core.settings import GymSettings
+    from pytest_gym.judge.known import KnownFailures
     from pytest_gym.suiteset import Suites
 
 #: The name the session object is registered under as a plugin (its methods are hooks).
@@ -29,6 +31,8 @@ class SessionView(Protocol):
     """What the collectors and the xdist hooks use of the session."""
 
     early_aggregate: bool
+    settings: GymSettings
+    known: KnownFailures | None
 
     @property
     def run_dir(self) -> Path: ...

@@ -17,6 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -32,10 +33,12 @@ from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
+from pytest_gym.judge.verdict_word import annotate
 from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import run_lines, write_section
+from pytest_gym.review import compare_answers
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.layout import EXPORTED_FILES, RUN_STARTED_FILE
 from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
@@ -80,6 +83,7 @@ class GymSession:
         self.merged: ShardRecords | None = plan.merged
         self.gates = list(plan.gates)
         self.reusable = plan.reusable
+        self.known = plan.known
         #: In a shard: per suite, the labels of the gates left to the merge.
         self.deferred_gates: dict[str, list[str]] = {}
         workerinput = getattr(config, "workerinput", None)
@@ -115,7 +119,10 @@ class GymSession:
         if self.owner:
             judged = settings.model_copy(update={"baseline": None, "update_baseline": False})
             self.results = SuiteResults(
-                judged if self.deferred else settings, self.gates, settings_for=self.suites.judged_settings
+                judged if self.deferred else settings,
+                self.gates,
+                settings_for=self.suites.judged_settings,
+                known=plan.known,
             )
             self.results.narrowed = bool(
                 config.getoption("keyword")
@@ -389,7 +396,7 @@ class GymSession:
             self.notes.append(text)
 
     def add_worker_notes(self, notes: Sequence[object]) -> None:
-        """Notes a worker sent back (the controller keeps one copy of each)."""
+        """Notes from a worker or the run (the controller keeps one copy of each)."""
         for note in notes:
             self.add_note(note)
 
@@ -443,7 +450,7 @@ class GymSession:
         try:
             self.run.close()  # every rollout of this process is in the run folder now
         finally:
-            self._collect_run_notes()
+            self.add_worker_notes(self.run.take_notes())
 
     def _judge(self, session: pytest.Session) -> None:
         """Judge the suites and write the summary, whatever Gym answered: each step may fail on its own."""
@@ -461,8 +468,9 @@ class GymSession:
             entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
         if self.settings.health_check == "on":  # after the trajectory step: Gym's checks read its records
             results.health_on = True
-            results.apply_health(self._step("Gym's health checks", self._health_checks) or {})
-        self._collect_run_notes()
+            health, results.health_note = self._step("Gym's health checks", self.run.health_checks) or ({}, None)
+            results.apply_health(health)
+        self.add_worker_notes(self.run.take_notes())
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # no verdict is not a pass
@@ -474,24 +482,34 @@ class GymSession:
                 f"gates and baselines judged on shard {self.shard}'s part of the suite (--gym-shard-verdicts)"
             )
         suites = {v.suite: v.summary() for v in verdicts}
-        for suite, (labels, _) in deferred.items():
-            suites[suite].gates_deferred = dict.fromkeys(labels, self.deferred or "")
-        summary = RunSummary(run_dir=str(self.run_dir), suites=suites, notes=list(self.notes), **self._run_extras())
+        for v in (v for v in verdicts if v.suite in deferred):
+            suites[v.suite].gates_deferred = dict.fromkeys(deferred[v.suite][0], self.deferred or "")
+            annotate(suites[v.suite], v.mode, v.strict_known)  # its words say the gates wait
+        settings_of = lambda name: self.suites.suite_settings(name)[0]  # noqa: E731
+        compared = self._step("comparing answers", compare_answers, self.run_dir, verdicts, suites, settings_of,
+                              self.config.rootpath)  # fmt: skip
+        sources, notes = compared or ({}, [])
+        for note in notes:
+            self.add_note(note)
+        summary = RunSummary(
+            run_dir=str(self.run_dir), suites=suites, notes=list(self.notes), trace_url=self.settings.trace_url,
+            concurrency=self.run.concurrency_summary(), baseline_run=str(next(iter(sources.values()), "")) or None,
+            finished_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), rescore=self.rescore_report,
+        )  # fmt: skip
         if self.shard is not None:
             summary.shard, summary.verdicts = str(self.shard), "deferred" if self.deferred else "judged"
         if self.merged is not None:
             summary.merged_from = [f.label for f in self.merged.folders]
-        summary.rescore = self.rescore_report
         self.summary = summary
         self._step("writing the summary", write_summary, self.run_dir, summary, self.settings.summary)
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
         from pytest_gym.report.html import write_html
 
-        html_note = write_html(self.run_dir, self.settings.baseline, self.settings.html)
+        html_note = write_html(self.run_dir, self.settings.baseline, self.settings.html, sources)
         if html_note:
             self.add_note(html_note)
         failed = False
-        session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
+        session.testscollected += sum(len(v.gates) + (v.comparison is not None) + v.expired for v in verdicts)
         session.testscollected += sum(len(labels) + has_baseline for labels, has_baseline in deferred.values())
         for verdict in verdicts:
             self._step(
@@ -509,20 +527,6 @@ class GymSession:
                 failed = failed or report.failed
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    def _collect_run_notes(self) -> None:
-        for note in self.run.notes:
-            self.add_note(note)
-        self.run.notes.clear()
-
-    def _health_checks(self) -> dict[tuple[str, str, int], tuple[str, tuple[str, ...]]]:
-        assert self.results is not None
-        verdicts, self.results.health_note = self.run.health_checks()
-        return verdicts
-
-    def _run_extras(self) -> dict[str, Any]:
-        """What the summary says of the run beyond its suites: the trace link template, the rate limits met."""
-        return {"trace_url": self.settings.trace_url, "concurrency": self.run.concurrency_summary()}
 
     def _postprocess_junit(self, session: pytest.Session) -> None:
         """Suite results into the JUnit file; a file that cannot be made valid fails the run (masked as text)."""
@@ -563,7 +567,7 @@ class GymSession:
         self._finished = True
         try:
             self._step("stopping Gym", self.run.finish)
-            self._collect_run_notes()
+            self.add_worker_notes(self.run.take_notes())
         finally:
             self._scrub(final=True)  # again: Gym wrote to its log until it stopped
 

@@ -171,6 +171,22 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("update_baseline", "write this run's results to --gym-baseline (atomically)", "flag"),
     Spec(
+        "baseline_run",
+        "an earlier run folder to compare answer by answer: the report's Changes section and the terminal show "
+        "both answers of every task that flipped or moved; with --gym-update-baseline, the run folder the "
+        "baseline file remembers for later runs (default: the one it remembers)",
+        metavar="RUN_DIR",
+        is_path=True,
+    ),
+    Spec(
+        "known_failures",
+        "YAML list of known failures (task: hash prefix or node id, reason:, link:, expires:): their failing "
+        "trials xfail, their passing ones XPASS ('fixed: remove from the list'), gates leave them out",
+        metavar="PATH",
+        is_path=True,
+    ),
+    Spec("known_failures_strict", "a listed task's passing trial fails the run (XPASS strict)", "flag"),
+    Spec(
         "max_regression",
         "a drop of mean reward shown larger than this (one-sided p < 0.05) fails the run (default 0.0)",
         "float",

@@ -63,6 +63,9 @@ class GymSettings(BaseModel):
     verdict: Literal["trial", "gate"] = "trial"
     baseline: str | None = None
     update_baseline: bool = False
+    baseline_run: str | None = None
+    known_failures: str | None = None
+    known_failures_strict: bool = False
     max_regression: float = Field(0.0, ge=0.0)
     summary: str | None = None
     html: str | None = None

@@ -96,6 +96,9 @@ class Baseline(_Strict):
     settings: dict[str, JsonValue]
     suite: SuiteRecord
     tasks: dict[str, TaskRecord]
+    #: The run folder of the baseline run (``--gym-baseline-run`` when it was written; from the rootdir, or absolute):
+    #: later runs compare their answers with it when they name no other.
+    run: str | None = None
 
     @field_validator("tasks")
     @classmethod

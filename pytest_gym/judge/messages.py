@@ -8,8 +8,10 @@ control characters dropped, bounded) and the whole message stays under ``MAX_MES
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from pytest_gym.core.answers import final_text
 from pytest_gym.core.masking import MAX_FIELD, MAX_MESSAGE, Masker, clean_text, json_depth_exceeds
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.core.tracing import trace_link
@@ -106,6 +108,26 @@ def trajectory_view(answer: dict[str, Any] | None, record: str | None = None) ->
     return [head + ":", *lines, *tail]
 
 
+#: Verifier fields that say what the model answered (mcqa's ``extracted_answer``, ``parsed_answer``, ...).
+_ANSWER_FIELD = re.compile(r"extract|parsed|predict|model_answer|generated|model_output|response_text|final_answer")
+#: The final answer in a failure message: at most this many characters.
+MAX_ANSWER = 300
+
+
+def answer_line(answer: dict[str, Any] | None) -> list[str]:
+    """``final answer: '...'`` when the verifier's fields do not say what the model answered (a verifier that
+    returns only a reward, as example_single_tool_call's): masked, on one line, bounded."""
+    if not answer:
+        return []
+    for key, value in answer.items():
+        if _ANSWER_FIELD.search(str(key).lower()) and value not in (None, "", [], {}):
+            return []
+    text = final_text(answer)
+    if not text.strip():
+        return ["  final answer: (no text: the model's answer had no message)"]
+    return [f"  final answer: {_short(text, MAX_ANSWER)}"]
+
+
 def _bounded(message: str) -> str:
     return clean_text(message, MAX_MESSAGE)
 
@@ -134,7 +156,10 @@ def failure_message(
         f"({outcome.dataset}:{outcome.line}, repeat {outcome.repeat})"
     )
     view = trajectory_view(outcome.answer, record)
-    return _bounded("\n".join([head, *_trace(outcome, trace_url), *diagnostics(outcome.answer, reward_key), *view]))
+    said = [] if view else answer_line(outcome.answer)  # the view ends with the final answer
+    return _bounded(
+        "\n".join([head, *_trace(outcome, trace_url), *diagnostics(outcome.answer, reward_key), *said, *view])
+    )
 
 
 def clean_outcome(outcome: TrialOutcome, masker: Masker | None = None) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,11 @@ from pytest_gym.judge.baseline import (
 )
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, Imputed, evaluate, parse_gate
 from pytest_gym.judge.health import UNHEALTHY, SuiteHealth, suite_health
+from pytest_gym.judge.known import KnownFailures, SuiteKnown, known_summary, quarantine
 from pytest_gym.judge.stats import SuiteStats, suite_stats
 from pytest_gym.judge.summary import BaselineSummary, FlakyTask, GateSummary, SuiteSummary, TaskRef, TotalsSummary
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
+from pytest_gym.judge.verdict_word import annotate
 
 
 class BadGate(ValueError):
@@ -102,6 +104,13 @@ class SuiteVerdict:
     #: task hash -> dataset line, to name tasks in messages
     lines: dict[str, int] = field(default_factory=dict)
     baseline_path: str | None = None
+    #: --gym-verdict (trial or gate) and --gym-known-failures-strict: how the verdict word reads the trials.
+    mode: str = "trial"
+    strict_known: bool = False
+    #: --gym-known-failures: the suite's quarantined and expired tasks.
+    known: SuiteKnown | None = None
+    #: The run folder the suite's baseline remembers (``Baseline.run``), for the answer-level comparison.
+    remembered_run: str | None = None
     #: the run with its errored trials counted as failures and as successes (None: nothing errored)
     imputed: Imputed | None = None
     #: Gym's health checks over the suite's trials (None: --gym-health-check off).
@@ -139,6 +148,11 @@ class SuiteVerdict:
             "counted as successes; rerun the errored trials to decide",
             undecided=True,
         )
+
+    @property
+    def expired(self) -> int:
+        """Expired known-failure entries naming this suite's tasks (each reported as a failing test)."""
+        return len(self.known.expired) if self.known is not None else 0
 
     def task_label(self, task_hash: str) -> str:
         return task_label(task_hash, self.lines.get(task_hash))
@@ -189,6 +203,7 @@ class SuiteVerdict:
             totals=TotalsSummary(**self.totals.to_dict()) if self.totals is not None else None,
             baseline_note=self.baseline_note,
             narrowed=self.narrowed,
+            failed_trials=sum(ts.n - ts.successes for ts in s.per_task.values()),
         )
         h = self.health
         if h is not None:
@@ -197,6 +212,8 @@ class SuiteVerdict:
             summary.health_unobserved = h.unobserved
             summary.health_checks = dict(h.by_check)
             summary.health_note = h.note
+        if self.known is not None:
+            summary.known_failures = known_summary(self.known, s, self.lines)
         c = self.comparison
         check = self.baseline_check()
         if c is not None and check is not None:
@@ -232,7 +249,12 @@ class SuiteVerdict:
                 reason=check.reason,
                 settings_mismatch=list(c.settings_mismatch),
             )
-        return summary
+            if self.known is not None:
+                held = self.known.quarantined
+                named = {key: [TaskRef(**t) for t in c.named(held.get(key, []))] for key in ("new_failures", "fixed")}
+                summary.baseline.quarantined_new_failures = named["new_failures"]
+                summary.baseline.quarantined_fixed = named["fixed"]
+        return annotate(summary, self.mode, self.strict_known)
 
 
 def _describe_tasks(verdict: SuiteVerdict, hashes: list[str], limit: int = 5) -> str:
@@ -256,6 +278,8 @@ class SuiteResults:
     #: Whether trials' health is judged (--gym-health-check on), and why Gym's own checks did not run, if so.
     health_on: bool = False
     health_note: str | None = None
+    #: --gym-known-failures: listed tasks are quarantined (left out of the gates and the flip counts).
+    known: KnownFailures | None = None
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
@@ -315,14 +339,25 @@ class SuiteResults:
             stats = suite_stats(rewards, settings.min_reward, errors, settings.task_pass)
             totals = suite_totals([r.cost() for r in records], settings.price_in, settings.price_out)
             verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
+            verdict.mode, verdict.strict_known = settings.verdict, settings.known_failures_strict
             if self.health_on:
                 verdict.health = suite_health(((r.health, r.checks) for r in records), self.health_note)
             no_comparison = self._baseline(verdict, settings, stored, updates)
-            if errors:
-                verdict.imputed = self._imputed(verdict, trials, settings, stored)
+            verdict.remembered_run = self._remember(verdict, settings, stored, updates, rootdir)
+            judged, kept = stats, trials
+            if self.known is not None:
+                verdict.known = quarantine(self.known, suite, list(rewards))
+                judged = self._quarantined(verdict, rewards, errors, settings)
+                kept = {h: values for h, values in trials.items() if h not in verdict.known.listed}
+            if any(None in values for values in kept.values()):
+                verdict.imputed = self._imputed(verdict, kept, settings, stored)
             verdict.gates = [
-                evaluate(g, stats, verdict.comparison, no_comparison, verdict.imputed, verdict.health) for g in gates
+                evaluate(g, judged, verdict.comparison, no_comparison, verdict.imputed, verdict.health) for g in gates
             ]
+            if judged is not stats:
+                count = len(verdict.known.listed) if verdict.known is not None else 0
+                left_out = f" (judged without the {count} quarantined task{'s' * (count != 1)}: known failures)"
+                verdict.gates = [replace(g, reason=g.reason + left_out) for g in verdict.gates]
             verdicts.append(verdict)
         for path, baselines in updates.items():
             notes = update_baselines(path, baselines)
@@ -361,6 +396,50 @@ class SuiteResults:
             errored=[h for h, values in trials.items() if None in values],
             trials=sum(values.count(None) for values in trials.values()),
             describe=lambda hashes: _describe_tasks(verdict, hashes),
+        )
+
+    @staticmethod
+    def _remember(
+        verdict: SuiteVerdict,
+        settings: GymSettings,
+        stored: dict[str, StoredBaselines | BaselineError | None],
+        updates: dict[str, dict[str, Baseline]],
+        rootdir: Path,
+    ) -> str | None:
+        """The baseline run folder: written into an updated baseline (--gym-baseline-run), read from a stored one."""
+        path, suite = settings.baseline, verdict.suite
+        if not path:
+            return None
+        if suite in updates.get(path, {}):
+            if settings.baseline_run:
+                run = Path(settings.baseline_run)
+                shown = str(run.relative_to(rootdir)) if run.is_relative_to(rootdir) else str(run)
+                updates[path][suite] = updates[path][suite].model_copy(update={"run": shown})
+            return None
+        found = stored.get(path)
+        baseline = found.for_suite(suite, set(verdict.stats.per_task)) if isinstance(found, StoredBaselines) else None
+        return baseline.run if baseline is not None else None
+
+    @staticmethod
+    def _quarantined(
+        verdict: SuiteVerdict, rewards: dict[str, list[float]], errors: dict[str, int], settings: GymSettings
+    ) -> SuiteStats:
+        """The stats the gates judge: without the quarantined tasks; their flips leave the baseline's counts."""
+        known = verdict.known
+        if known is None or not known.listed:
+            return verdict.stats
+        c = verdict.comparison
+        if c is not None:
+            held = {key: [h for h in getattr(c, key) if h in known.listed] for key in ("new_failures", "fixed")}
+            known.quarantined = held
+            verdict.comparison = replace(
+                c,
+                new_failures=[h for h in c.new_failures if h not in known.listed],
+                fixed=[h for h in c.fixed if h not in known.listed],
+            )
+        kept = {h: r for h, r in rewards.items() if h not in known.listed}
+        return suite_stats(
+            kept, settings.min_reward, {h: e for h, e in errors.items() if h in kept}, settings.task_pass
         )
 
     @staticmethod

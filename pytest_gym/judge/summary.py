@@ -21,18 +21,13 @@ MAX_K = 10_000
 
 #: Suite sections left out of the JSON when they do not apply (as the summary always did).
 _OPTIONAL_SECTIONS = (
-    "baseline",
-    "totals",
-    "baseline_note",
-    "ci_note",
-    "gates_deferred",
-    "narrowed",
-    "health_clean_rate",
-    "unhealthy_trials",
-    "health_unobserved",
-    "health_checks",
-    "health_note",
-)
+    "baseline", "totals", "baseline_note", "ci_note", "gates_deferred", "narrowed", "changes", "known_failures",
+    "verdict", "health_clean_rate", "unhealthy_trials", "health_unobserved", "health_checks", "health_note",
+)  # fmt: skip
+
+#: The verdict words of a suite (the vocabulary of Gym's planned release policy, Gym #1493): PASS; WARN when
+#: only quarantined (known) or tracked (xfail) failures remain; FAIL; INCONCLUSIVE when a gate is undecided.
+VERDICT_WORDS = ("PASS", "WARN", "FAIL", "INCONCLUSIVE")
 
 
 class _Model(BaseModel):
@@ -89,6 +84,68 @@ class TotalsSummary(_Model):
     cost: float | None = None
 
 
+class TaskChange(TaskRef):
+    """A task that flipped or whose mean reward moved against the baseline run, with both final answers."""
+
+    #: ``new_failure``, ``fixed`` or ``moved``.
+    kind: str = "moved"
+    before_mean: float | None = None
+    after_mean: float | None = None
+    #: Each repeat's reward in repeat order (None: the trial errored).
+    before_rewards: list[float | None] = Field(default_factory=list)
+    after_rewards: list[float | None] = Field(default_factory=list)
+    #: The final answer of the trial that shows the change on each side (bounded, masked, one line).
+    before_answer: str = ""
+    after_answer: str = ""
+    before_repeat: int | None = None
+    after_repeat: int | None = None
+
+
+class ChangesSummary(_Model):
+    """The answer-level comparison with a baseline run folder (``--gym-baseline-run``)."""
+
+    baseline_run: str = ""
+    shared_tasks: int = 0
+    new_failures: int = 0
+    fixed: int = 0
+    moved: int = 0
+    #: New failures first, then fixes, then the largest moves; at most ``runfolder.diff.MAX_LISTED``.
+    tasks: list[TaskChange] = Field(default_factory=list)
+    #: Changed tasks left out of ``tasks``.
+    not_listed: int = 0
+
+    @property
+    def flips(self) -> list[TaskChange]:
+        return [t for t in self.tasks if t.kind in ("new_failure", "fixed")]
+
+
+class KnownTask(TaskRef):
+    """A task of the known-failures file (``--gym-known-failures``) and its entry."""
+
+    entry: str = ""
+    reason: str = ""
+    link: str | None = None
+    expires: str | None = None
+
+
+class KnownFailuresSummary(_Model):
+    """What the known-failures file did to a suite: quarantined tasks left out of its gates."""
+
+    file: str = ""
+    #: Listed tasks with a failing trial (reported xfail).
+    failing: list[KnownTask] = Field(default_factory=list)
+    #: Listed tasks whose every trial passed: "fixed: remove from the list".
+    fixed: list[KnownTask] = Field(default_factory=list)
+    #: Entries past their ``expires:`` date: their tasks are judged as any other, and each fails.
+    expired: list[KnownTask] = Field(default_factory=list)
+    #: Trials of listed tasks below min reward (left out of the gates).
+    failed_trials: int = 0
+
+    @property
+    def quarantined(self) -> int:
+        return len(self.failing) + len(self.fixed)
+
+
 class BaselineSummary(_Model):
     """The comparison with the suite's stored baseline.
 
@@ -129,6 +186,9 @@ class BaselineSummary(_Model):
     undecided: bool = False
     reason: str = ""
     settings_mismatch: list[str] = Field(default_factory=list)
+    #: New failures and fixes of quarantined tasks (known failures): not counted by the new_failures/fixed gates.
+    quarantined_new_failures: list[TaskRef] = Field(default_factory=list)
+    quarantined_fixed: list[TaskRef] = Field(default_factory=list)
 
 
 class SuiteSummary(_Model):
@@ -164,6 +224,15 @@ class SuiteSummary(_Model):
     health_unobserved: int | None = None
     health_checks: dict[str, int] = Field(default_factory=dict)
     health_note: str | None = None
+    #: Trials with a reward below min_reward.
+    failed_trials: int | None = None
+    #: PASS / WARN / FAIL / INCONCLUSIVE (``VERDICT_WORDS``) and what happened, in a few words.
+    verdict: str | None = None
+    verdict_text: str = ""
+    #: --gym-baseline-run: the tasks that flipped or moved, with both answers.
+    changes: ChangesSummary | None = None
+    #: --gym-known-failures: the suite's listed tasks.
+    known_failures: KnownFailuresSummary | None = None
 
     @property
     def all_trials(self) -> int:
@@ -232,13 +301,21 @@ class RunSummary(_Model):
     trace_url: str | None = None
     #: Rate limits met and the adaptive concurrency limit over time (``rollout.adaptive``).
     concurrency: ConcurrencySummary | None = None
+    #: When the run was judged (UTC, ISO 8601): ``python -m pytest_gym history`` orders runs by it.
+    finished_at: str | None = None
+    #: The run folder the answers were compared with (--gym-baseline-run, or the baseline file's).
+    baseline_run: str | None = None
+    #: --gym-known-failures: the file, and its entries that matched no task of the run.
+    known_failures: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"run_dir": self.run_dir, "suites": {n: s.to_json() for n, s in self.suites.items()}}
         data["notes"] = list(self.notes)
         if self.concurrency is not None:
             data["concurrency"] = self.concurrency.model_dump(mode="json")
-        for key in ("shard", "verdicts", "merged_from", "rescore", "trace_url"):
+        for key in (
+            "shard", "verdicts", "merged_from", "rescore", "trace_url", "finished_at", "baseline_run", "known_failures"
+        ):  # fmt: skip
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
         data.update(self.model_extra or {})

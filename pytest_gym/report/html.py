@@ -33,13 +33,15 @@ import json
 import math
 import re
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from pytest_gym.core.answers import final_text, prompt_text
+from pytest_gym.core.answers import steps as answer_steps
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
 from pytest_gym.core.masking import Masker, strip_control
@@ -52,6 +54,9 @@ from pytest_gym.judge.stats import pass_at_k, pass_hat_k, suite_stats, task_stat
 from pytest_gym.judge.suites import SuiteVerdict
 from pytest_gym.judge.summary import BaselineSummary, SuiteSummary, SummaryError
 from pytest_gym.judge.totals import TrialCost, suite_totals
+from pytest_gym.judge.verdict_word import verdict_of
+from pytest_gym.report.changes import changes_of, section
+from pytest_gym.runfolder.diff import reward_key_of
 from pytest_gym.runfolder.health import trial_health
 from pytest_gym.runfolder.layout import (
     AGGREGATE_FILE,
@@ -88,6 +93,8 @@ _NOT_FIELDS = frozenset(
 )  # fmt: skip
 #: A baseline file for every suite, or one per suite (by the path part of its node ids).
 Baselines: TypeAlias = "str | Path | Mapping[str, str | Path] | None"
+#: The same for the baseline run folder (--gym-baseline-run): the Changes section shows its answers beside these.
+BaselineRuns: TypeAlias = "str | Path | Mapping[str, str | Path] | None"
 _HEX12 = re.compile(r"[0-9a-f]{12}")
 #: Characters of text kept for all trials (answers, steps, errors) and for all prompts, shared out so that a
 #: trial of a failing or errored task gets ``_INTERESTING`` times the share of a passing one; each share is
@@ -160,79 +167,6 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-
-
-def _content_text(content: Any) -> str:
-    """The text of a message's content: a string, or a list of parts (input_text, output_text, ...)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, Mapping):
-                text = part.get("text")
-                if isinstance(text, str):
-                    parts.append(text)
-                elif part.get("type"):
-                    parts.append(f"[{part.get('type')}]")
-            elif isinstance(part, str):
-                parts.append(part)
-        return "\n".join(parts)
-    return "" if content is None else json.dumps(content, ensure_ascii=False, default=str)
-
-
-def prompt_text(params: Any) -> str:
-    """The prompt of ``responses_create_params``: instructions and input messages, roles shown when several."""
-    if not isinstance(params, Mapping):
-        return ""
-    messages: list[tuple[str, str]] = []
-    instructions = params.get("instructions")
-    if isinstance(instructions, str) and instructions:
-        messages.append(("instructions", instructions))
-    given = params.get("input")
-    if isinstance(given, str):
-        messages.append(("user", given))
-    elif isinstance(given, list):
-        for item in given:
-            if not isinstance(item, Mapping):
-                continue
-            if "content" in item:
-                messages.append(
-                    (str(item.get("role") or item.get("type") or "message"), _content_text(item["content"]))
-                )
-            else:
-                messages.append(_step_text(item))
-    if len(messages) == 1 and messages[0][0] == "user":
-        return messages[0][1]
-    return "\n\n".join(f"[{role}] {text}" for role, text in messages)
-
-
-def _step_text(item: Mapping[str, Any]) -> tuple[str, str]:
-    """(kind, text) of one Responses-API output item."""
-    kind = str(item.get("type") or "item")
-    if kind == "message":
-        return (str(item.get("role") or "assistant"), _content_text(item.get("content")))
-    if kind == "function_call":
-        arguments = item.get("arguments")
-        shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
-        return ("call", f"{item.get('name') or '?'}({shown})")
-    if kind == "function_call_output":
-        output = item.get("output")
-        return ("result", output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
-    if kind == "reasoning":
-        summary = item.get("summary")
-        text = _content_text(summary) if summary else _content_text(item.get("content"))
-        return ("reasoning", text)
-    rest = {k: v for k, v in item.items() if k not in ("id", "status")}
-    return (kind, json.dumps(rest, ensure_ascii=False, default=str))
-
-
-def _steps(answer: Mapping[str, Any]) -> list[tuple[str, str]]:
-    response = answer.get("response")
-    output = response.get("output") if isinstance(response, Mapping) else None
-    if not isinstance(output, list):
-        return []
-    return [_step_text(item) for item in output if isinstance(item, Mapping)]
 
 
 def _tokens(answer: Mapping[str, Any]) -> list[int] | None:
@@ -432,9 +366,10 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 class _Builder:
-    def __init__(self, run_dir: Path, baseline: Baselines) -> None:
+    def __init__(self, run_dir: Path, baseline: Baselines, baseline_run: BaselineRuns = None) -> None:
         self.run_dir = run_dir
         self.baseline = baseline
+        self.baseline_run = baseline_run
         self.mask = _Masker()
         self.notes: list[str] = []
         self.trace_url: str | None = None
@@ -481,7 +416,10 @@ class _Builder:
         tasks_out: list[dict[str, Any]] = []
         for name, entry, min_reward, rule, own in plan:
             built = [self._task(t, rows.get(t.key), min_reward, reward_key, weight[id(t)], rule) for t in own]
+            prompts = {b["_full_hash"]: b["prompt"] for b in built}
+            position = {b["hash"]: len(tasks_out) + i for i, b in enumerate(built)}
             suites.append(self._suite(name, entry, built, min_reward, len(tasks_out)))
+            self._changes(suites[-1], entry, (min_reward, rule), rows, reward_key, prompts, position)
             tasks_out.extend(built)
         clipped = {
             "trial": _bounded(self.trial_unit, _TRIAL_BOUNDS),
@@ -506,6 +444,43 @@ class _Builder:
             "suites": suites,
             "tasks": tasks_out,
         }
+
+    def _changes(
+        self,
+        suite: dict[str, Any],
+        entry: SuiteSummary | None,
+        judged_by: tuple[float, str],
+        rows: Mapping[str, dict[str, Any]],
+        reward_key: str,
+        prompts: Mapping[str, str],
+        position: Mapping[str, int],
+    ) -> None:
+        """The suite's part of the Changes section: the tasks that flipped or moved, both runs side by side."""
+        name = suite["name"]
+        given = self.baseline_run.get(name) if isinstance(self.baseline_run, Mapping) else self.baseline_run
+        folder = Path(given) if given else None
+        if folder is not None and not folder.is_dir():
+            self.notes.append(f"{name}: the baseline run {given} is not a folder: no answers to compare with")
+            folder = None
+        rule = _RULES.get(judged_by[1], "all")
+        found = changes_of(entry, name, self.run_dir, folder, lambda _: (judged_by[0], rule))
+        if found is None:
+            return
+        self.trial_chars = _bounded(self.trial_unit * _INTERESTING, _TRIAL_BOUNDS)
+        theirs = reward_key_of(folder) if folder is not None else reward_key
+
+        def view(key: str) -> Callable[[dict[str, Any], bool, int], dict[str, Any]]:
+            def trial(record: dict[str, Any], scored: bool, repeat: int) -> dict[str, Any]:
+                found_stamps = stamps(record)
+                row = rows.get(found_stamps.task_hash or "") or {}
+                short = (found_stamps.task_hash or "")[:12]
+                return self._trial(_Trial(repeat, record, scored, None), row, key, short, name)
+
+            return trial
+
+        suite["changes"] = section(
+            found, name, self.run_dir, folder, (view(theirs), view(reward_key)), prompts.get, position, self.mask.text
+        )
 
     def _gym_metrics(self) -> list[dict[str, Any]]:
         entries = _read_json(self.run_dir / AGGREGATE_FILE)
@@ -612,10 +587,8 @@ class _Builder:
         tokens = _tokens(record)
         if tokens:
             out["tokens"] = tokens
-        steps = _steps(record)
-        answer = next((text for kind, text in reversed(steps) if kind == "assistant"), "")
-        if not answer and steps:
-            answer = steps[-1][1]
+        steps = answer_steps(record)
+        answer = final_text(record)
         if steps and steps[-1] == ("assistant", answer):
             steps = steps[:-1]  # the answer, shown as such
         # The answer and the steps before it share the trial's budget: the steps take at most half, in steps of
@@ -682,12 +655,16 @@ class _Builder:
             "gates": gates,
             "failed": any(not g["passed"] for g in gates)
             or bool(baseline and (baseline.get("regressed") or baseline.get("passed") is False)),
+            # The judge's words (a summary written before they existed: the judge's code, on the summary).
+            "verdict": entry.verdict or verdict_of(entry)[0],
+            "verdict_text": mask.text(entry.verdict_text if entry.verdict else verdict_of(entry)[1]),
             "baseline": baseline,
             "baseline_note": mask.text(entry.baseline_note) if entry.baseline_note else None,
             "flaky": sorted(position[i] for i in flaky_ids),
             "totals": mask.data(entry.totals.model_dump(mode="json")) if entry.totals is not None else {},
             "other": [[k, v] for k, v in other],
             "task_count": len(tasks),
+            "changes": None,
         }
         for task in tasks:
             task.pop("_full_hash", None)
@@ -760,14 +737,14 @@ _RULES: dict[str, Rule] = {"all": "all", "majority": "majority", "any": "any"}
 _CHANGE_ORDER = {"new_failure": 0, "fixed": 1, "flaky_failure": 2, "flaky_fix": 3, None: 4}
 
 
-def report_data(run_dir: Path, baseline: Baselines = None) -> dict[str, Any]:
+def report_data(run_dir: Path, baseline: Baselines = None, baseline_run: BaselineRuns = None) -> dict[str, Any]:
     """The page's data: run, suites (numbers, gates and their tasks, baseline, flaky, totals) and tasks.
 
     ``baseline`` is the ``--gym-baseline`` file the run was compared with (or a mapping from suite, the path
     part of its node ids, to its file): every task's mean reward before. It is read only for suites whose
     summary has a comparison; without it they show what the summary says.
     """
-    return _Builder(Path(run_dir), baseline).build()
+    return _Builder(Path(run_dir), baseline, baseline_run).build()
 
 
 # -- the page ---------------------------------------------------------------------------------------------
@@ -825,14 +802,16 @@ def render(data: dict[str, Any]) -> str:
     )
 
 
-def build_report(run_dir: Path, output: Path | None = None, baseline: Baselines = None) -> Path:
+def build_report(
+    run_dir: Path, output: Path | None = None, baseline: Baselines = None, baseline_run: BaselineRuns = None
+) -> Path:
     """Write the run's page (default ``run_dir/report.html``) in one step and return its path.
 
     ``baseline``: see :func:`report_data`.
     """
     run_dir = Path(run_dir)
     target = Path(output) if output is not None else run_dir / REPORT_FILE
-    html = render(report_data(run_dir, baseline))
+    html = render(report_data(run_dir, baseline, baseline_run))
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(target, html.encode("utf-8"), fsync=False)
     return target
@@ -867,10 +846,12 @@ def _summary_entry(entry: SuiteSummary) -> dict[str, Any]:
     }
 
 
-def write_html(run_dir: Path, baseline: Baselines = None, copy_to: str | None = None) -> str | None:
+def write_html(
+    run_dir: Path, baseline: Baselines = None, copy_to: str | None = None, baseline_run: BaselineRuns = None
+) -> str | None:
     """The run's page in its folder (and a copy at ``copy_to``, ``--gym-html``); a note when it cannot be written."""
     try:
-        page = build_report(run_dir, baseline=baseline)
+        page = build_report(run_dir, baseline=baseline, baseline_run=baseline_run)
         if copy_to:
             Path(copy_to).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(page, copy_to)

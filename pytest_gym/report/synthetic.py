@@ -61,6 +61,23 @@ def synthetic_reports(verdict: SuiteVerdict) -> list[pytest.TestReport]:
             check.reason,
             [("gym_baseline_delta", c.paired.mean_delta if c.paired.mean_delta is not None else "n/a")],
         )
+    return reports + expired_reports(verdict)
+
+
+def expired_reports(verdict: SuiteVerdict) -> list[pytest.TestReport]:
+    """A failing test per expired known-failure entry naming a task of the suite: ``<file>::expired[<task>]``."""
+    reports: list[pytest.TestReport] = []
+    seen = set()
+    for task_hash, entry in (verdict.known.expired if verdict.known is not None else {}).items():
+        if entry.where in seen:
+            continue
+        seen.add(entry.where)
+        reason = (
+            f"known failure expired on {entry.expires}: {entry.describe()}; its task {verdict.task_label(task_hash)} "
+            "is judged as any other again: fix it, or extend 'expires:' (or remove the entry) in the file"
+        )
+        props: list[tuple[str, object]] = [("gym_known_failure", entry.where)]
+        reports += _outcome_reports(f"{entry.file}::expired[{entry.task}]", verdict.suite, False, reason, props)
     return reports
 
 

@@ -6,9 +6,11 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import BaselineSummary, RunSummary, SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import BaselineSummary, ChangesSummary, RunSummary, SuiteSummary, TaskRef, TotalsSummary
 
 _SHOW_FAILURES = 5
+#: Flips against the baseline run listed with both answers.
+TOP_FLIPS = 5
 
 
 def _fmt(value: float | None) -> str:
@@ -43,6 +45,44 @@ def _tasks(tasks: list[TaskRef], limit: int = _SHOW_FAILURES) -> str:
     return (shown + more) or "none"
 
 
+def changes_lines(changes: ChangesSummary | None, top: int = TOP_FLIPS) -> list[str]:
+    """--gym-baseline-run: the counts, then the top flips, each with the baseline's and this run's final answer."""
+    if changes is None:
+        return []
+    lines = [
+        f"  changes against the baseline run {changes.baseline_run}: {changes.new_failures} new failures, "
+        f"{changes.fixed} fixed, {changes.moved} moved (of {changes.shared_tasks} tasks both runs measured)"
+    ]
+    flips = changes.flips
+    for task in flips[:top]:
+        kind = "new failure" if task.kind == "new_failure" else "fixed"
+        lines.append(f"    {kind} {task.label}: mean reward {_fmt(task.before_mean)} -> {_fmt(task.after_mean)}")
+        lines.append(f"      baseline r{task.before_repeat}: {task.before_answer}")
+        lines.append(f"      this run r{task.after_repeat}: {task.after_answer}")
+    more = changes.new_failures + changes.fixed - min(top, len(flips))
+    if more > 0:
+        lines.append(f"    ... and {more} more flips (the report's Changes section shows them all)")
+    return lines
+
+
+def _known_lines(s: SuiteSummary) -> list[str]:
+    """--gym-known-failures: the quarantined tasks that failed, those that pass now, the expired entries."""
+    known = s.known_failures
+    if known is None:
+        return []
+    lines = []
+    for what, tasks in (
+        ("quarantined, failing (xfail)", known.failing),
+        ("known failures that pass now (remove from the list)", known.fixed),
+        ("expired known-failure entries", known.expired),
+    ):
+        if tasks:
+            shown = ", ".join(f"{t.label} [{t.entry}]" for t in tasks[:_SHOW_FAILURES])
+            more = f" and {len(tasks) - _SHOW_FAILURES} more" if len(tasks) > _SHOW_FAILURES else ""
+            lines.append(f"  {what} ({len(tasks)}): {shown}{more}")
+    return lines
+
+
 def _comparison(c: BaselineSummary) -> str:
     """The comparison in one line: the judge's own words, or (a summary written before it kept them) the numbers."""
     if c.text:
@@ -70,6 +110,8 @@ def summary_lines(
             f"{name}: {s.tasks} tasks, {s.all_trials} trials, {s.errors} errors, "
             f"mean reward {_fmt(s.mean_reward)}{ci}" + (f", {passes}" if passes else "")
         )
+        if s.verdict:
+            lines.append(f"  verdict: {s.verdict} ({s.verdict_text})")
         if s.narrowed:
             lines.append("  (only the selected trials count: the selection narrowed the suite)")
         if s.totals is not None:
@@ -93,6 +135,8 @@ def summary_lines(
             lines += [f"  gate {label}: {why}" for label in labels.get(name, [])]
             if baseline:
                 lines.append(f"  baseline: {why}")
+        lines += _known_lines(s)
+        lines += changes_lines(s.changes)
         c = s.baseline
         if c is not None:
             verdict = "" if c.passed else " UNDECIDED" if c.undecided else " REGRESSION" if c.regressed else ""
@@ -103,6 +147,9 @@ def summary_lines(
                 lines.append(f"  new failures ({len(c.new_failures)}): {_tasks(c.new_failure_tasks)}")
             if c.fixed:
                 lines.append(f"  fixed ({len(c.fixed)}): {_tasks(c.fixed_tasks)}")
+            for what, held in (("new failures", c.quarantined_new_failures), ("fixed", c.quarantined_fixed)):
+                if held:
+                    lines.append(f"  quarantined {what} (known failures, not counted): {_tasks(held)}")
             flips = c.flaky_failures + c.flaky_fixes
             if flips:
                 lines.append(f"  flaky, not counted ({len(flips)}): {_tasks(flips)}")

@@ -16,6 +16,7 @@ from typing import Any
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.judge.gates import Gate
+from pytest_gym.judge.known import KnownFailures, KnownFailuresError, load_known_failures
 from pytest_gym.judge.suites import BadGate, parse_gates
 from pytest_gym.rollout.budget import parse_error_budget
 from pytest_gym.runfolder.layout import MATERIALIZED_FILE, NO_MODEL_CASSETTE, ROLLOUTS_FILE
@@ -44,6 +45,8 @@ class RunPlan:
     merged: ShardRecords | None = None
     #: --gym-resume: the earlier run's finished trials this run may report instead of running.
     reusable: Reusable | None = None
+    #: --gym-known-failures: the tasks whose failure is accepted for now.
+    known: KnownFailures | None = None
 
 
 def build_plan(
@@ -86,7 +89,19 @@ def build_plan(
         except RecordError as exc:
             raise PlanError(f"pytest-gym: --gym-resume: {exc}") from None
     gates = tuple(gates_of(settings.gate, "--gym-gate / gym_gate"))
-    return RunPlan(settings, run_dir, owner, gates, shard, merged, reusable)
+    known = None
+    if settings.known_failures:
+        known = known_failures(Path(settings.known_failures), rootdir)
+    return RunPlan(settings, run_dir, owner, gates, shard, merged, reusable, known)
+
+
+def known_failures(path: Path, rootdir: Path) -> KnownFailures:
+    """The known-failures file, named in messages as from the rootdir; PlanError naming its line."""
+    try:
+        shown = str(path.relative_to(rootdir)) if path.is_relative_to(rootdir) else str(path)
+        return load_known_failures(path, shown)
+    except KnownFailuresError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def gates_of(expressions: tuple[str, ...], where: str) -> list[Gate]:
@@ -110,6 +125,13 @@ def check_combinations(settings: GymSettings) -> None:
         raise PlanError(f"pytest-gym: --gym-resume {settings.resume} is not a run folder")
     if settings.update_baseline and not settings.baseline:
         raise PlanError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
+    if settings.known_failures_strict and not settings.known_failures:
+        raise PlanError("pytest-gym: --gym-known-failures-strict goes with --gym-known-failures FILE")
+    if settings.baseline_run and not settings.update_baseline and not Path(settings.baseline_run).is_dir():
+        raise PlanError(
+            f"pytest-gym: --gym-baseline-run {settings.baseline_run} is not a folder; give the run folder of the "
+            "run to compare with (e.g. main's last run, downloaded as an artifact)"
+        )
     if settings.benchmark_data and len(settings.benchmark) != 1:
         raise PlanError(
             "pytest-gym: --gym-benchmark-data PATH is the data of one --gym-benchmark NAME; for several "

@@ -182,6 +182,11 @@ class GymRun:
             self.writer = RunFolderWriter(self.run_dir)
         return self.writer
 
+    def take_notes(self) -> list[str]:
+        """The notes gathered since the last call, for the session's note list (each once)."""
+        notes, self.notes = self.notes, []
+        return notes
+
     def write_shard_info(self, shard: str, datasets: list[dict[str, str]], rootdir: Path) -> None:
         """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
         # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.

@@ -44,12 +44,19 @@ def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_p
     pytester: pytest.Pytester, gym: RealGym, gym_cli: str, recorded: Path
 ) -> None:
     """One recording (a Gym start each costs half a minute), replayed twice with the model gone: unchanged
-    under -n 2 (one replay server for the run), then with one prompt changed, without xdist."""
+    under -n 2 (one replay server for the run; compared with the recording run, no answer changed), then with
+    one prompt changed, without xdist."""
     gym.reset()
     result = pytester.runpytest_subprocess(
-        *_start(gym_cli, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}"), "-n", "2"
+        *_start(gym_cli, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}", "--gym-baseline-run=rec"),
+        "-n",
+        "2",
     )
     result.assert_outcomes(passed=4, failed=6)
+    # Compared answer by answer with the recording run: the replay gave every answer back, nothing changed.
+    result.stdout.fnmatch_lines(
+        ["  changes against the baseline run */rec: 0 new failures, 0 fixed, 0 moved (of 5 tasks both runs measured)"]
+    )
     assert gym.policy_calls() == 0
     assert outcomes_by_test(pytester.path / "rep.xml") == outcomes_by_test(pytester.path / "rec.xml")
     log = (pytester.path / "rep" / "recorder.log").read_text(encoding="utf-8")

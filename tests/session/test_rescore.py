@@ -223,3 +223,33 @@ def test_rescore_of_two_datasets_verifies_each_answer_against_its_own_row(
     outcomes = {line.split()[1].split("::")[0] + line.split()[0] for line in result.stdout.lines
                 if line.startswith(("PASSED ", "FAILED "))}  # fmt: skip
     assert outcomes == {"a.jsonlPASSED", "b.jsonlFAILED"}
+
+
+def test_a_rescore_compared_with_the_run_it_rescored_shows_the_same_answer_judged_otherwise(
+    pytester: pytest.Pytester, fake: StandinGym
+) -> None:
+    """--gym-baseline-run with a re-score: the answers are the saved ones on both sides; the Changes name the
+    tasks whose verdict the verifier changed, each with the one answer it judged otherwise."""
+    pytester.makeini("[pytest]\n")
+    earlier_run(pytester.path, ["\\boxed{B}", "\\boxed{E}", "\\boxed{E}"], [1.0, 0.0, 1.0])
+    result = pytester.runpytest_subprocess(*rescore_args(fake, "--gym-baseline-run", "earlier"))
+    result.assert_outcomes(passed=4, failed=2)
+    hashes = [task.short_hash for task in read_tasks(pytester.path / "dataset.jsonl")]
+    result.stdout.fnmatch_lines(
+        [
+            "  changes against the baseline run */earlier: 1 new failures, 1 fixed, 0 moved "
+            "(of 3 tasks both runs measured)",
+            f"    new failure {hashes[0]} (line 1): mean reward 1.000 -> 0.000",
+            "      baseline r0: \\boxed{B}",
+            "      this run r0: \\boxed{B}",
+            f"    fixed {hashes[1]} (line 2): mean reward 0.000 -> 1.000",
+            "      baseline r0: \\boxed{E}",
+            "      this run r0: \\boxed{E}",
+        ]
+    )
+    summary = json.loads((pytester.path / "run" / "pytest_gym_summary.json").read_text())
+    changes = summary["suites"]["dataset.jsonl"]["changes"]
+    assert [(t["hash"], t["kind"], t["before_rewards"], t["after_rewards"]) for t in changes["tasks"]] == [
+        (hashes[0], "new_failure", [1.0, 1.0], [0.0, 0.0]),
+        (hashes[1], "fixed", [0.0, 0.0], [1.0, 1.0]),
+    ]

@@ -14,6 +14,7 @@ from pytest_gym.core.dataset import FIELD_LIST_MAX, read_tasks, task_hash
 from pytest_gym.core.outcome import TrialOutcome, from_properties
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.baseline import baseline_from, load_baselines, update_baselines
+from pytest_gym.judge.known import load_known_failures
 from pytest_gym.judge.stats import suite_stats
 from pytest_gym.judge.suites import SuiteResults, parse_gates
 from pytest_gym.judge.totals import TrialCost, percentile, suite_totals
@@ -178,3 +179,31 @@ def test_row_fields_are_bounded(tmp_path: Path) -> None:
     assert second.fields == (("tags", "x"), ("tags", "3"), ("task_id", "7"))  # a separator in a value: skipped
     assert len(first.packed_fields) < 300  # one string per task
     assert read_tasks(path)[0].fields == ()  # nothing kept unless asked
+
+
+def test_an_errored_trial_of_a_quarantined_task_leaves_the_gates_alone(tmp_path: Path) -> None:
+    """Gates are judged without quarantined tasks (known failures): so are the errored trials they are
+    decided over. A listed task that errored and failed must not make a gate on the others undecided."""
+    listed, other = task_hash(row(0)), task_hash(row(1))
+    known = tmp_path / "known.yaml"
+    known.write_text(f"- task: {listed[:12]}\n  reason: broken upstream\n")
+    results = SuiteResults(GymSettings(), parse_gates(["mean_reward>=0.9"], "test"))
+    results.known = load_known_failures(known)
+    for outcome in (
+        _outcome("s.jsonl", listed, 0, None, error="boom", error_class="http_status"),
+        _outcome("s.jsonl", listed, 1, 0.0),
+        _outcome("s.jsonl", other, 0, 1.0),
+        _outcome("s.jsonl", other, 1, 1.0),
+    ):
+        results.add(outcome)
+    (verdict,) = results.judge(tmp_path)
+    assert verdict.imputed is None  # the only errored trial is the quarantined task's
+    (gate,) = verdict.gates
+    assert gate.passed, gate.reason
+    assert gate.reason.endswith("(judged without the 1 quarantined task: known failures)")
+    # An errored trial of a task that is not listed is still decided over (the listed task left out).
+    results.add(_outcome("s.jsonl", other, 2, None, error="boom", error_class="http_status"))
+    (verdict,) = results.judge(tmp_path)
+    assert verdict.imputed is not None
+    assert verdict.imputed.errored == [other]
+    assert verdict.imputed.as_failed.tasks == 1

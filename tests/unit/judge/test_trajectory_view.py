@@ -87,3 +87,40 @@ def test_failure_message_carries_the_view_within_its_bound() -> None:
     assert len(text) < MAX_MESSAGE
     assert "  trajectory: 201 turns, 200 tool calls:" in text
     assert text.endswith(f"  full record: {RECORD}")
+
+
+def failed(answer_body: dict[str, Any]) -> str:
+    outcome = TrialOutcome(
+        nodeid="d.jsonl::abc[r0]", task_hash="abcdef123456" * 5, repeat=0, line=3, dataset="d.jsonl",
+        reward=0.0, answer=answer_body,
+    )  # fmt: skip
+    return failure_message(outcome, 1.0, "reward", RECORD)
+
+
+def test_an_answer_without_a_tool_call_or_an_answer_field_shows_the_final_answer_text() -> None:
+    """example_single_tool_call's verifier returns only a reward: the message says what the model answered."""
+    text = failed(answer(message("It is sunny in   SF.\nEnjoy!")))
+    assert text.splitlines()[1:] == ["  final answer: It is sunny in SF. Enjoy!"]
+
+
+def test_the_final_answer_is_masked_bounded_and_one_line() -> None:
+    text = failed(answer(message(f"my key is {MARKER}\n" + "w " * 5000)))
+    (line,) = [x for x in text.splitlines() if x.startswith("  final answer: ")]
+    assert MARKER[:8] not in line
+    assert len(line) <= len("  final answer: ") + 300
+
+
+def test_a_verifier_field_that_says_what_was_answered_is_enough() -> None:
+    text = failed({**answer(message("\\boxed{E}")), "expected_answer": "B", "extracted_answer": "E"})
+    assert "final answer" not in text
+    assert "  extracted_answer: 'E'" in text
+    # A field that extracted nothing does not say what was answered.
+    text = failed({**answer(message("I cannot tell")), "extracted_answer": None})
+    assert "  final answer: I cannot tell" in text
+
+
+def test_an_answer_with_no_message_says_so_and_a_tool_call_shows_the_view_instead() -> None:
+    assert "  final answer: (no text: the model's answer had no message)" in failed({"reward": 0.0})
+    text = failed(answer(*call("get_weather", '{"city": "sf"}'), message("Sunny.")))
+    assert "final answer" not in text
+    assert "    assistant: Sunny." in text
