@@ -196,9 +196,10 @@ SPECS: tuple[Spec, ...] = (
     # -- judging: task-pass rule, prices, row fields as keywords and markers --------------------------
     Spec(
         "task_pass",
-        "when a task passes, for new_failures/fixed and baselines: 'all' its trials reach --gym-min-reward "
-        "(default), a 'majority' of them, or 'any'",
-        choices=("all", "majority", "any"),
+        "when a task passes, for new_failures/fixed, baselines, --gym-verdict task and adaptive repeats: 'all' "
+        "its trials reach --gym-min-reward (default), a 'majority' of them, 'any', or at least a share of them "
+        "(0.8, or a count such as 4/5)",
+        metavar="all|majority|any|0.8|4/5",
     ),
     Spec("price_in", "price per million input tokens: adds the cost to the suite totals", "float", "PRICE"),
     Spec("price_out", "price per million output tokens: adds the cost to the suite totals", "float", "PRICE"),

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pytest_gym.core.access import HOW_TO_PASS_HEADERS, GymAccess, gym_access, header_problem
 from pytest_gym.core.masking import POLICY_KEY_ENV
 from pytest_gym.core.options import SPECS, Spec
+from pytest_gym.core.taskrule import TaskRuleError, parse_task_rule
 
 
 class GymSettings(BaseModel):
@@ -69,7 +70,7 @@ class GymSettings(BaseModel):
     export_opt: tuple[str, ...] = ()
     export_soft: bool = False
     # -- judging: task-pass rule, prices, row fields as keywords and markers
-    task_pass: Literal["all", "majority", "any"] = "all"
+    task_pass: str = "all"
     price_in: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     price_out: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     keyword_field: tuple[str, ...] = ()
@@ -107,6 +108,14 @@ class GymSettings(BaseModel):
         if problem:
             raise ValueError(f"holds a credential ({problem}); {HOW_TO_PASS_KEYS}")
         return value
+
+    @field_validator("task_pass")
+    @classmethod
+    def _task_rule(cls, value: str) -> str:
+        try:
+            return parse_task_rule(value).text
+        except TaskRuleError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("env")
     @classmethod

@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from statistics import NormalDist
-from typing import Literal
 
+from pytest_gym.core.taskrule import parse_task_rule
 from pytest_gym.judge.intervals import t_ppf
 
 CONFIDENCE = 0.95
@@ -44,7 +44,8 @@ MC_SAMPLES = 20_000
 # Differences closer to zero than this are ties (per-task means are sums of floats).
 _TIE = 1e-12
 
-Rule = Literal["all", "majority", "any"]
+#: A ``--gym-task-pass`` rule: all, majority, any, or a share such as 0.8 or 4/5 (``core.taskrule``).
+Rule = str
 
 
 @dataclass(frozen=True)
@@ -97,15 +98,7 @@ def task_passes(rewards: Sequence[float], min_reward: float = 1.0, rule: Rule = 
 
 def passes_by_count(trials: int, successes: int, rule: Rule = "all") -> bool:
     """``task_passes`` from the counts alone: ``successes`` of ``trials`` reached min_reward."""
-    if trials <= 0:
-        return False
-    if rule == "all":
-        return successes == trials
-    if rule == "majority":
-        return 2 * successes > trials
-    if rule == "any":
-        return successes > 0
-    raise ValueError(f"rule must be 'all', 'majority' or 'any', got {rule!r}")
+    return parse_task_rule(rule).passes(trials, successes)
 
 
 def new_failures_and_fixes(

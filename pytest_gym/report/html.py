@@ -44,6 +44,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
 from pytest_gym.core.masking import Masker
 from pytest_gym.core.numbers import is_int, is_number
+from pytest_gym.core.taskrule import TaskRuleError, parse_task_rule
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
 from pytest_gym.judge.paired import Rule
@@ -536,7 +537,7 @@ class _Builder:
         rewards = [t["reward"] for t in out_trials if t.get("reward") is not None]
         errors = sum(1 for t in out_trials if "error" in t)
         # The judge's own per-task numbers (its rule for "passed"): the page computes nothing of its own.
-        own = task_stats(task.key, rewards, min_reward, errors, _RULES.get(rule, "all"))
+        own = task_stats(task.key, rewards, min_reward, errors, _rule(rule))
         latencies = [t["latency"] for t in out_trials if t.get("latency") is not None]
         tokens = [t["tokens"][2] for t in out_trials if t.get("tokens")]
         out: dict[str, Any] = {
@@ -723,7 +724,14 @@ class _Builder:
         return out
 
 
-_RULES: dict[str, Rule] = {"all": "all", "majority": "majority", "any": "any"}
+def _rule(text: object) -> Rule:
+    """The summary's task-pass rule, or ``all`` when it holds none this version reads."""
+    try:
+        return parse_task_rule(str(text)).text
+    except TaskRuleError:
+        return "all"
+
+
 _CHANGE_ORDER = {"new_failure": 0, "fixed": 1, None: 2}
 
 
