@@ -63,6 +63,7 @@ class TrialOutcome:
     error_class: str | None = None
     http_status: int | None = None
     agent: str | None = None
+    #: Usage (``USAGE_NAMES``): Gym's token counts, and an agent's turns and tool calls.
     tokens: dict[str, int] = field(default_factory=dict)
     reused: bool = False
     #: --gym-rescore: the reward is the current verifier's verdict on an earlier run's saved answer.
@@ -95,7 +96,7 @@ class TrialOutcome:
         ]
         if self.reward is not None:
             props.append(("gym_reward", self.reward))
-        for name in ("input_tokens", "output_tokens", "total_tokens"):
+        for name in USAGE_NAMES:
             if name in self.tokens:
                 props.append((f"gym_{name}", self.tokens[name]))
         if self.error_class:
@@ -121,7 +122,8 @@ class TrialOutcome:
 #: The first property of every trial's reports; its presence marks a report as a trial's.
 TRIAL_MARK = "gym_task_hash"
 _TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}\[r\d+\]$")
-_TOKENS = ("input_tokens", "output_tokens", "total_tokens")
+#: A trial's usage counts as ``tokens`` holds them: Gym's token counts, and the agent's turns and tool calls.
+USAGE_NAMES = ("input_tokens", "output_tokens", "total_tokens", "turns", "tool_calls")
 
 
 def is_trial_nodeid(nodeid: str) -> bool:
@@ -161,7 +163,7 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
     if TRIAL_MARK not in props:
         return None
     error_class = props.get("gym_error_class")
-    tokens = {name: _int(props[f"gym_{name}"], 0) for name in _TOKENS if f"gym_{name}" in props}
+    tokens = {name: _int(props[f"gym_{name}"], 0) for name in USAGE_NAMES if f"gym_{name}" in props}
     return TrialOutcome(
         nodeid=nodeid,
         task_hash=str(props[TRIAL_MARK]),
@@ -186,3 +188,33 @@ def token_usage(answer: dict[str, Any]) -> dict[str, int]:
     if not isinstance(usage, dict):
         return {}
     return {k: int(v) for k, v in usage.items() if k.endswith("tokens") and is_int(v)}
+
+
+def agent_steps(answer: dict[str, Any]) -> dict[str, int]:
+    """An agent's ``turns`` (model calls) and ``tool_calls``, from the answer's Responses ``output`` items.
+
+    Gym's ``ng_trajectory`` turns when the answer has them; otherwise each run of model-made items (messages,
+    tool calls, reasoning) between tool outputs is one turn. Empty when the answer has no output list.
+    """
+    response = answer.get("response")
+    output = response.get("output") if isinstance(response, dict) else None
+    if not isinstance(output, list):
+        return {}
+    kinds = [item.get("type") for item in output if isinstance(item, dict)]
+    calls = sum(1 for kind in kinds if kind == "function_call")
+    trajectory = answer.get("ng_trajectory")
+    turns = trajectory.get("turns") if isinstance(trajectory, dict) else None
+    if isinstance(turns, list):
+        return {"turns": len(turns), "tool_calls": calls}
+    count, in_turn = 0, False
+    for kind in kinds:
+        if kind == "function_call_output":
+            in_turn = False
+        elif not in_turn:
+            count, in_turn = count + 1, True
+    return {"turns": count, "tool_calls": calls}
+
+
+def usage_of(answer: dict[str, Any]) -> dict[str, int]:
+    """What ``TrialOutcome.tokens`` holds for an answer: its token counts and its agent steps."""
+    return {**token_usage(answer), **agent_steps(answer)}

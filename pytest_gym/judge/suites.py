@@ -26,6 +26,7 @@ from pytest_gym.judge.baseline import (
     task_label,
     update_baselines,
 )
+from pytest_gym.judge.efficiency import evaluate_efficiency, figures
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, evaluate, parse_gate
 from pytest_gym.judge.stats import SuiteStats, suite_stats
 from pytest_gym.judge.summary import BaselineSummary, FlakyTask, GateSummary, SuiteSummary, TaskRef, TotalsSummary
@@ -68,6 +69,8 @@ class TrialRecord:
             input_tokens=self.tokens.get("input_tokens"),
             output_tokens=self.tokens.get("output_tokens"),
             total_tokens=self.tokens.get("total_tokens"),
+            turns=self.tokens.get("turns"),
+            tool_calls=self.tokens.get("tool_calls"),
         )
 
 
@@ -83,6 +86,9 @@ class SuiteVerdict:
     #: task hash -> dataset line, to name tasks in messages
     lines: dict[str, int] = field(default_factory=dict)
     baseline_path: str | None = None
+    #: What the trials cost (``judge.efficiency``): this run's figures, and the baseline's when it stores them.
+    figures: dict[str, float | None] = field(default_factory=dict)
+    baseline_figures: dict[str, float | None] | None = None
 
     @property
     def failed(self) -> bool:
@@ -131,6 +137,7 @@ class SuiteVerdict:
             totals=TotalsSummary(**self.totals.to_dict()) if self.totals is not None else None,
             baseline_note=self.baseline_note,
             narrowed=self.narrowed,
+            efficiency=dict(self.figures),
         )
         c = self.comparison
         if c is not None:
@@ -212,8 +219,14 @@ class SuiteResults:
             stats = suite_stats(rewards, settings.min_reward, errors, settings.task_pass)
             totals = suite_totals([r.cost() for r in records], settings.price_in, settings.price_out)
             verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
+            verdict.figures = figures(totals)
             no_comparison = self._baseline(verdict, settings, stored, updates)
-            verdict.gates = [evaluate(g, stats, verdict.comparison, no_comparison) for g in gates]
+            verdict.gates = [
+                evaluate_efficiency(g, verdict.figures, verdict.baseline_figures, no_comparison)
+                if g.efficiency
+                else evaluate(g, stats, verdict.comparison, no_comparison)
+                for g in gates
+            ]
             verdicts.append(verdict)
         for path, baselines in updates.items():
             notes = update_baselines(path, baselines)
@@ -249,7 +262,9 @@ class SuiteResults:
         verdict.baseline_path = path
         suite = verdict.suite
         if settings.update_baseline:
-            updates[path][suite] = baseline_from(verdict.stats, self._baseline_settings(settings), verdict.lines)
+            updates[path][suite] = baseline_from(
+                verdict.stats, self._baseline_settings(settings), verdict.lines, efficiency=verdict.figures
+            )
             verdict.baseline_note = f"baseline of {suite} written to {path}"
             return f"no baseline to compare with: this run writes {path}"
         if path not in stored:
@@ -268,6 +283,7 @@ class SuiteResults:
         if baseline is None:
             verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with --gym-update-baseline"
             return verdict.baseline_note
+        verdict.baseline_figures = dict(baseline.suite.efficiency or {})
         verdict.comparison = compare(
             baseline,
             verdict.stats,

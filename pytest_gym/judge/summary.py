@@ -20,7 +20,15 @@ MAX_K = 10_000
 
 
 #: Suite sections left out of the JSON when they do not apply (as the summary always did).
-_OPTIONAL_SECTIONS = ("baseline", "totals", "baseline_note", "ci_note", "gates_deferred", "narrowed")
+_OPTIONAL_SECTIONS = (
+    "baseline",
+    "totals",
+    "baseline_note",
+    "ci_note",
+    "gates_deferred",
+    "narrowed",
+    "efficiency",
+)
 
 
 class _Model(BaseModel):
@@ -71,6 +79,9 @@ class TotalsSummary(_Model):
     latency_sum_s: float = 0.0
     retries: int = 0
     cost: float | None = None
+    trials_with_steps: int = 0
+    turns: int | None = None
+    tool_calls: int | None = None
 
 
 class BaselineSummary(_Model):
@@ -120,6 +131,8 @@ class SuiteSummary(_Model):
     baseline_note: str | None = None
     #: Only the selected trials counted (-k, -m, --deselect, --lf narrowed the suite).
     narrowed: bool = False
+    #: What the trials cost, as the efficiency gates read it (``judge.efficiency.figures``).
+    efficiency: dict[str, float | None] = Field(default_factory=dict)
 
     @property
     def all_trials(self) -> int:

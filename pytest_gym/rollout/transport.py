@@ -21,7 +21,7 @@ from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets
 from pytest_gym.core.numbers import is_finite_number
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, usage_of
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
@@ -220,7 +220,7 @@ class Rollouts:
             outcome.error_class, outcome.error = "setup", str(exc)
             return outcome
         outcome.answer, outcome.reward, outcome.latency_s = answer, reward, latency
-        outcome.tokens = token_usage(answer)
+        outcome.tokens = usage_of(answer)
         return outcome
 
     async def _post(
