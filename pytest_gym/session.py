@@ -35,16 +35,12 @@ from pytest_gym.judge.summary import RunSummary
 from pytest_gym.report.junit import flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
-from pytest_gym.report.terminal import write_section
+from pytest_gym.report.terminal import run_lines, write_section
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
-from pytest_gym.runfolder.layout import (
-    EXPORTED_FILES,
-    RUN_INFO_FILE,
-    RUN_STARTED_FILE,
-)
+from pytest_gym.runfolder.layout import EXPORTED_FILES, RUN_STARTED_FILE
 from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
-from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
+from pytest_gym.runfolder.runinfo import write_shard_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import write_summary
 from pytest_gym.runner.plan import PlanError, RunPlan, build_plan
@@ -123,7 +119,10 @@ class GymSession:
         if self.owner:
             judged = settings.model_copy(update={"baseline": None, "update_baseline": False})
             self.results = SuiteResults(
-                judged if self.deferred else settings, self.gates, settings_for=self.suites.judged_settings
+                judged if self.deferred else settings,
+                self.gates,
+                settings_for=self.suites.judged_settings,
+                limits_for=self.suites.suite_limits,
             )
             self.results.narrowed = bool(
                 config.getoption("keyword")
@@ -179,22 +178,8 @@ class GymSession:
         config.pluginmanager.register(session, SESSION_PLUGIN)
         session._install_sigterm()
         if owner and plan.shard is not None and not config.option.collectonly:
-            session._write_shard_info()
+            write_shard_info(plan.run_dir, plan.settings, str(plan.shard), config.rootpath)
         return session
-
-    def _write_shard_info(self) -> None:
-        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
-        settings = self.settings
-        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
-        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
-        write_run_info(
-            self.run_dir,
-            settings,
-            shard=str(self.shard),
-            repeats=settings.repeats,
-            datasets=dataset_entries(settings.dataset, self.config.rootpath),
-            rootdir=str(self.config.rootpath),
-        )
 
     def _configured_exporters(self) -> list[Exporter]:
         if not self.settings.export and not self.settings.export_opt:
@@ -333,7 +318,8 @@ class GymSession:
             source = self._source(session)
             planned = self.plan(session)
             self.run.settings = self.suites.start_settings()
-            return self.run.open(planned, worker_queue(session, planned), skip=source.answered_here(planned))
+            admission = self.suites.admission(planned, source.known(planned))
+            return self.run.open(planned, worker_queue(session, planned), source.answered_here(planned), admission)
         except GymError as exc:
             pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)
 
@@ -344,6 +330,8 @@ class GymSession:
         except NotRun as exc:
             if exc.fault is not None:
                 item.user_properties.extend(exc.fault.to_properties())
+            if exc.skipped:
+                pytest.skip(exc.message)
             message = exc.message
         else:
             item.user_properties.extend(outcome.to_properties())
@@ -465,7 +453,7 @@ class GymSession:
     def _judge(self, session: pytest.Session) -> None:
         """Judge the suites and write the summary, whatever Gym answered: each step may fail on its own."""
         results = self.results
-        if results is None or not results.trials:
+        if results is None or not (results.trials or results.skips):
             return
         entries = None
         if self.merged is not None:
@@ -495,7 +483,7 @@ class GymSession:
             summary.shard, summary.verdicts = str(self.shard), "deferred" if self.deferred else "judged"
         if self.merged is not None:
             summary.merged_from = [f.label for f in self.merged.folders]
-        summary.rescore = self.rescore_report
+        summary.rescore, summary.budget = self.rescore_report, results.run_budget()
         self.summary = summary
         self._step("writing the summary", write_summary, self.run_dir, summary, self.settings.summary)
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
@@ -580,7 +568,7 @@ class GymSession:
             self.exports,
             self.settings.baseline,
             deferred=(self.deferred, self.deferred_gates) if self.deferred else None,
-            extra=self.suites.gym_metric_lines,
+            extra=[*run_lines(self.summary), *self.suites.gym_metric_lines],
         )
         return result
 

@@ -303,6 +303,39 @@ SPECS += (
     ),
 )
 
+# -- affordable runs (issue 22): budgets, adaptive repeats, sequential gates ------------------------------
+SPECS += (
+    Spec(
+        "max_cost",
+        "stop dispatching once the run's trials cost this much (needs --gym-price-in/--gym-price-out); trials in "
+        "flight finish, the rest are skipped; suite files: max_cost, the suite's own budget",
+        "float",
+        "USD",
+    ),
+    Spec(
+        "max_tokens",
+        "stop dispatching once the run's trials used this many tokens (Gym's usage); trials in flight finish, the "
+        "rest are skipped; suite files: max_tokens, the suite's own budget",
+        "int",
+        "N",
+    ),
+    Spec(
+        "repeats_adaptive",
+        "stop a task's repeats once its verdict under --gym-task-pass cannot change; the repeats not run are "
+        "skipped ('decided')",
+        "flag",
+    ),
+    Spec(
+        "sequential",
+        "run each suite's tasks in a seeded random order and stop once every gate is decided for the whole suite "
+        "at 95% (anytime-valid confidence sequences); the rest are skipped ('decided')",
+        "flag",
+    ),
+    Spec(
+        "seed", "seed of --gym-sequential's task order (default: from the run folder's name, new each run)", "int", "N"
+    ),
+)
+
 SPEC_BY_NAME: dict[str, Spec] = {spec.name: spec for spec in SPECS}
 
 

@@ -68,6 +68,9 @@ class TrialOutcome:
     reused: bool = False
     #: --gym-rescore: the reward is the current verifier's verdict on an earlier run's saved answer.
     rescored: bool = False
+    #: Not run, and reported as skipped: why (``budget``, ``decided``: its task's verdict was,
+    #: ``sequential``: its suite's gates were).
+    skipped: str | None = None
 
     @classmethod
     def for_spec(cls, spec: TrialSpec, **fields: Any) -> TrialOutcome:
@@ -105,6 +108,8 @@ class TrialOutcome:
             props.append(("gym_reused", True))
         if self.rescored:
             props.append(("gym_rescored", True))
+        if self.skipped:
+            props.append(("gym_skipped", self.skipped))
         return props
 
     def to_json(self) -> dict[str, Any]:
@@ -178,6 +183,7 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
         tokens=tokens,
         reused=props.get("gym_reused") is True,
         rescored=props.get("gym_rescored") is True,
+        skipped=str(props["gym_skipped"]) if props.get("gym_skipped") else None,
     )
 
 

@@ -92,6 +92,12 @@ class GymSettings(BaseModel):
     # -- a Gym on another host (issue 15): header values come from the environment (core.access)
     header: tuple[str, ...] = Field((), description="NAME=ENVVAR")
     ca_file: str | None = None
+    # -- affordable runs (issue 22): budgets, adaptive repeats, sequential gates
+    max_cost: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    max_tokens: int | None = Field(None, ge=0)
+    repeats_adaptive: bool = False
+    sequential: bool = False
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
 
     @property
     def starts_gym(self) -> bool:

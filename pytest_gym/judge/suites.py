@@ -7,7 +7,7 @@ one code path, so the numbers are the same with and without xdist. No pytest her
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +28,17 @@ from pytest_gym.judge.baseline import (
 )
 from pytest_gym.judge.efficiency import evaluate_efficiency, figures
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.savings import cut_short, skipped_text, spend, undecided
 from pytest_gym.judge.stats import SuiteStats, suite_stats
-from pytest_gym.judge.summary import BaselineSummary, FlakyTask, GateSummary, SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import (
+    BaselineSummary,
+    FlakyTask,
+    GateSummary,
+    SpendSummary,
+    SuiteSummary,
+    TaskRef,
+    TotalsSummary,
+)
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
 
 
@@ -89,10 +98,16 @@ class SuiteVerdict:
     #: What the trials cost (``judge.efficiency``): this run's figures, and the baseline's when it stores them.
     figures: dict[str, float | None] = field(default_factory=dict)
     baseline_figures: dict[str, float | None] | None = None
+    #: Trials not run, by why (``judge.savings``); why the verdicts are undecided when a budget cut it short.
+    skipped: dict[str, int] = field(default_factory=dict)
+    cut_short: str | None = None
+    budget: SpendSummary | None = None
 
     @property
     def failed(self) -> bool:
-        return any(not g.passed for g in self.gates) or bool(self.comparison and self.comparison.regressed)
+        return any(not g.passed for g in self.gates) or bool(
+            self.comparison and (self.comparison.regressed or self.cut_short)
+        )
 
     def task_label(self, task_hash: str) -> str:
         return task_label(task_hash, self.lines.get(task_hash))
@@ -104,6 +119,18 @@ class SuiteVerdict:
             {"hash": h[:12], "line": self.lines.get(h), "successes": per_task[h].successes, "repeats": per_task[h].n}
             for h in self.stats.flaky
         ]
+
+    def savings_note(self) -> str | None:
+        """What the numbers stand on when trials were skipped."""
+        text = skipped_text(self.skipped)
+        if not text:
+            return None
+        if self.skipped.get("decided"):
+            text += (
+                "; pass@k and the interval are over the trials that ran (a decided task stopped its repeats early, "
+                "so tasks have unequal trials)"
+            )
+        return text
 
     def metrics(self) -> dict[str, Any]:
         """The summary's JSON form (what the summary file holds for this suite)."""
@@ -138,6 +165,10 @@ class SuiteVerdict:
             baseline_note=self.baseline_note,
             narrowed=self.narrowed,
             efficiency=dict(self.figures),
+            skipped=dict(self.skipped),
+            cut_short=self.cut_short,
+            budget=self.budget,
+            savings_note=self.savings_note(),
         )
         c = self.comparison
         if c is not None:
@@ -165,6 +196,9 @@ class SuiteVerdict:
 SuiteSettings = Callable[[str], tuple[GymSettings, list[Gate]]]
 """suite name (the path part of its node ids) -> the settings and gates it is judged with."""
 
+SuiteLimits = Callable[[str], "tuple[float | None, int | None, str] | None"]
+"""suite name -> its own budget (max_cost, max_tokens, where), a suite file's; None: none."""
+
 
 @dataclass
 class SuiteResults:
@@ -175,11 +209,17 @@ class SuiteResults:
     settings_for: SuiteSettings | None = None
     trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
     narrowed: bool = False
+    limits_for: SuiteLimits | None = None
+    #: Trials not run (budgets, adaptive repeats, sequential gates): suite -> (task, repeat) -> why.
+    skips: dict[str, dict[tuple[str, int], str]] = field(default_factory=dict)
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
         suite = outcome.nodeid.split("::", 1)[0]
         key = (suite, outcome.task_hash, outcome.repeat)
+        if outcome.skipped and not errored:
+            self.skips.setdefault(suite, {})[(outcome.task_hash, outcome.repeat)] = outcome.skipped
+            return
         record = self.trials.setdefault(key, TrialRecord(suite, outcome.task_hash, outcome.repeat, outcome.line))
         if errored or outcome.error is not None:
             record.error = True
@@ -191,10 +231,40 @@ class SuiteResults:
         record.reused = outcome.reused
 
     def suites(self) -> dict[str, list[TrialRecord]]:
-        grouped: dict[str, list[TrialRecord]] = defaultdict(list)
+        """Every suite's trials; a suite whose every trial was skipped has none (and is judged all the same)."""
+        grouped: dict[str, list[TrialRecord]] = {suite: [] for suite in self.skips}
         for record in self.trials.values():
-            grouped[record.suite].append(record)
-        return dict(grouped)
+            grouped.setdefault(record.suite, []).append(record)
+        return grouped
+
+    def _savings(self, verdict: SuiteVerdict, records: list[TrialRecord], settings: GymSettings) -> None:
+        """Skipped trials, the suite's own budget, and undecided verdicts when a budget cut the suite short."""
+        kinds = Counter(self.skips.get(verdict.suite, {}).values())
+        verdict.skipped = dict(sorted(kinds.items()))
+        fresh = [r for r in records if not r.reused]
+        fresh_totals = suite_totals([r.cost() for r in fresh], settings.price_in, settings.price_out)
+        limits = self.limits_for(verdict.suite) if self.limits_for is not None else None
+        if limits is not None:
+            verdict.budget = spend(
+                limits[0], limits[1], fresh_totals.cost, fresh_totals.total_tokens, len(fresh), kinds["budget"]
+            )
+        why = cut_short(len(records), kinds)
+        if why is not None:
+            verdict.cut_short = why
+            verdict.gates = undecided(verdict.gates, why)
+
+    def run_budget(self) -> SpendSummary | None:
+        """The run's budget and what the run's own trials spent (each suite at its prices)."""
+        settings = self.settings
+        cost, tokens = 0.0, 0
+        for suite, records in self.suites().items():
+            own = self.settings_for(suite)[0] if self.settings_for else settings
+            totals = suite_totals([r.cost() for r in records if not r.reused], own.price_in, own.price_out)
+            cost += totals.cost or 0.0
+            tokens += totals.total_tokens or 0
+        fresh = sum(1 for r in self.trials.values() if not r.reused)
+        stopped = sum(1 for skips in self.skips.values() for kind in skips.values() if kind == "budget")
+        return spend(settings.max_cost, settings.max_tokens, cost, tokens, fresh, stopped)
 
     def judge(self, rootdir: Path) -> list[SuiteVerdict]:
         """Every suite's verdict: statistics, its comparison with its baseline, then its gates.
@@ -227,6 +297,7 @@ class SuiteResults:
                 else evaluate(g, stats, verdict.comparison, no_comparison)
                 for g in gates
             ]
+            self._savings(verdict, records, settings)
             verdicts.append(verdict)
         for path, baselines in updates.items():
             notes = update_baselines(path, baselines)

@@ -28,6 +28,10 @@ _OPTIONAL_SECTIONS = (
     "gates_deferred",
     "narrowed",
     "efficiency",
+    "skipped",
+    "cut_short",
+    "budget",
+    "savings_note",
 )
 
 
@@ -84,6 +88,27 @@ class TotalsSummary(_Model):
     tool_calls: int | None = None
 
 
+class SpendSummary(_Model):
+    """What this run's own trials (not reused ones) spent against a budget (``--gym-max-cost``/``--gym-max-tokens``,
+    a suite file's ``max_cost``/``max_tokens``), and how many trials the budget left unrun."""
+
+    max_cost: float | None = None
+    max_tokens: int | None = None
+    cost: float | None = None
+    tokens: int | None = None
+    trials: int = 0
+    skipped: int = 0
+
+    def line(self) -> str:
+        """``$0.42 of $0.50, 1,234 of 5,000 tokens``."""
+        parts = []
+        if self.max_cost is not None:
+            parts.append(f"${self.cost or 0.0:.4g} of ${self.max_cost:.4g}")
+        if self.max_tokens is not None:
+            parts.append(f"{self.tokens or 0:,} of {self.max_tokens:,} tokens")
+        return ", ".join(parts)
+
+
 class BaselineSummary(_Model):
     """The comparison with the suite's stored baseline."""
 
@@ -133,6 +158,14 @@ class SuiteSummary(_Model):
     narrowed: bool = False
     #: What the trials cost, as the efficiency gates read it (``judge.efficiency.figures``).
     efficiency: dict[str, float | None] = Field(default_factory=dict)
+    #: Trials not run, by why (``judge.savings.KINDS``: budget, decided, sequential).
+    skipped: dict[str, int] = Field(default_factory=dict)
+    #: Why the suite's verdicts are undecided: a budget stopped it before all its trials ran.
+    cut_short: str | None = None
+    #: The suite's own budget (a suite file's max_cost/max_tokens) and what its trials spent.
+    budget: SpendSummary | None = None
+    #: What the suite's numbers stand on when trials were skipped (pass@k and the interval over what ran).
+    savings_note: str | None = None
 
     @property
     def all_trials(self) -> int:
@@ -145,7 +178,16 @@ class SuiteSummary(_Model):
 
     @property
     def failed(self) -> bool:
-        return any(not g.passed for g in self.gates.values()) or bool(self.baseline and self.baseline.regressed)
+        return (
+            any(not g.passed for g in self.gates.values())
+            or bool(self.baseline and self.baseline.regressed)
+            or bool(self.baseline and self.cut_short)
+        )
+
+    @property
+    def trials_saved(self) -> int:
+        """Trials not run because their task's or suite's verdict was decided without them."""
+        return self.skipped.get("decided", 0) + self.skipped.get("sequential", 0)
 
     def extra_fields(self) -> dict[str, Any]:
         """Fields a later version added: shown as they are."""
@@ -173,6 +215,8 @@ class RunSummary(_Model):
     merged_from: list[str] | None = None
     #: --gym-rescore: what the verifier change moved.
     rescore: dict[str, Any] | None = None
+    #: The run's budget (--gym-max-cost, --gym-max-tokens) and what the run spent.
+    budget: SpendSummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"run_dir": self.run_dir, "suites": {n: s.to_json() for n, s in self.suites.items()}}
@@ -180,6 +224,8 @@ class RunSummary(_Model):
         for key in ("shard", "verdicts", "merged_from", "rescore"):
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
+        if self.budget is not None:
+            data["budget"] = self.budget.model_dump(mode="json")
         data.update(self.model_extra or {})
         return data
 

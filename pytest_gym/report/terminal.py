@@ -6,7 +6,7 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import RunSummary, SuiteSummary, TaskRef, TotalsSummary
 
 _SHOW_FAILURES = 5
 
@@ -63,6 +63,12 @@ def summary_lines(
             lines.append("  (only the selected trials count: the selection narrowed the suite)")
         if s.totals is not None:
             lines.append(_totals_line(s.totals))
+        if s.budget is not None:
+            lines.append(f"  suite budget: spent {s.budget.line()}")
+        if s.savings_note:
+            lines.append(f"  {s.savings_note}")
+        if s.cut_short:
+            lines.append(f"  UNDECIDED: {s.cut_short}")
         flaky = s.flaky_tasks
         if flaky:
             shown = ", ".join(t.shown for t in flaky[:_SHOW_FAILURES])
@@ -98,6 +104,15 @@ def summary_lines(
         elif s.baseline_note:
             lines.append(f"  {s.baseline_note}")
     return lines
+
+
+def run_lines(summary: RunSummary | None) -> list[str]:
+    """Run-wide lines: the run's budget and what the run spent against it."""
+    if summary is None or summary.budget is None:
+        return []
+    b = summary.budget
+    stopped = f", {b.skipped} trials not run" if b.skipped else ""
+    return [f"budget: spent {b.line()} on {b.trials} trials{stopped}"]
 
 
 def write_section(

@@ -48,6 +48,9 @@ ATTACHED_FILE = "attached.json"
 RUN_STARTED_FILE = "run_started"
 #: Trials that errored, counted across processes (--gym-max-errors).
 ERRORS_FILE = ".errors"
+#: Finished trials (suite, task, repeat, reward, usage), appended by the process that ran each one and read
+#: by every process: budgets, adaptive repeats and sequential gates decide from it (``rollout.ledger``).
+LEDGER_FILE = ".ledger"
 #: One claim file per trial under xdist.
 BOARD_DIR = ".xdist-trials"
 POLICY_PORT_FILE = "policy.port"

@@ -41,6 +41,7 @@ from pytest_gym.runner.server import GymServer
 
 if TYPE_CHECKING:
     from pytest_gym.gym.rescore import RescoreResult
+    from pytest_gym.rollout.admission import Admission
     from pytest_gym.rollout.dispatcher import Dispatcher
 
 
@@ -93,8 +94,10 @@ class GymRun:
         planned: Sequence[TrialSpec],
         upcoming: Callable[[], Sequence[int]] | None = None,
         skip: frozenset[str] = frozenset(),
+        admission: Admission | None = None,
     ) -> GymServer:
-        """Acquire the deployment and start dispatching ``planned`` but ``skip`` (once per process)."""
+        """Acquire the deployment and start dispatching ``planned`` but ``skip`` (once per process); ``admission``
+        decides which trials start (budgets, adaptive repeats, sequential gates), from the run's ledger."""
         if self.error is not None:
             raise GymError(self.error)
         if self.server is None:
@@ -119,6 +122,7 @@ class GymRun:
                 retries=self.settings.retries,
                 skip=skip,
                 access=self.access,
+                admission=admission,
             )
             writer = self.open_writer()
             writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type
