@@ -24,6 +24,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.current import current_session
 from pytest_gym.judge.messages import failure_message, fault_message
+from pytest_gym.judge.sequential import task_order
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
 
@@ -127,6 +128,8 @@ class GymDatasetFile(pytest.File):
     xfail_low: bool = False
     keyword_fields: tuple[str, ...] = DEFAULT_KEYWORD_FIELDS
     marker_field: str | None = None
+    #: --gym-sequential: the suite's tasks run in a seeded random order (``sequential_order``).
+    sequential: bool = False
     #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
     shard: Shard | None = None
     dataset_path: Path
@@ -147,6 +150,7 @@ class GymDatasetFile(pytest.File):
         self.xfail_low = settings.verdict == "gate"
         self.keyword_fields = settings.keyword_field or DEFAULT_KEYWORD_FIELDS
         self.marker_field = settings.marker_field
+        self.sequential = settings.sequential
         self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
 
     def collect(self) -> Iterable[GymTrial]:
@@ -244,6 +248,21 @@ class GymDatasetFile(pytest.File):
             # A dataset or suite file may hold (or point at) anything, /proc/self/environ included.
             return clean_text(str(excinfo.value), MAX_MESSAGE)
         return super().repr_failure(excinfo)
+
+
+def sequential_order(items: list[pytest.Item], seed: int) -> None:
+    """--gym-sequential: each such suite's trials in the seeded random order of its tasks, a task's repeats
+    together, in place; every other item keeps its place (the suite's trials take the places they had)."""
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        if isinstance(item, GymTrial) and isinstance(item.parent, GymDatasetFile) and item.parent.sequential:
+            groups.setdefault(item.nodeid.split("::", 1)[0], []).append(i)
+    for suite, positions in groups.items():
+        trials: list[GymTrial] = [items[i] for i in positions]  # type: ignore[misc]
+        rank = {h: n for n, h in enumerate(task_order(seed, suite, [t.spec.task.hash for t in trials]))}
+        ordered = sorted(trials, key=lambda t: (rank[t.spec.task.hash], t.spec.repeat))
+        for i, trial in zip(positions, ordered, strict=True):
+            items[i] = trial
 
 
 class GymSuiteFile(GymDatasetFile):

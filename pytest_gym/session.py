@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault
+from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault, sequential_order
 from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
@@ -30,6 +30,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
 from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
 from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
+from pytest_gym.judge.sequential import run_seed
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
 from pytest_gym.report.junit import flat_properties, postprocess_junit
@@ -123,6 +124,7 @@ class GymSession:
                 self.gates,
                 settings_for=self.suites.judged_settings,
                 limits_for=self.suites.suite_limits,
+                seed=run_seed(settings.seed, str(plan.run_dir)),
             )
             self.results.narrowed = bool(
                 config.getoption("keyword")
@@ -222,7 +224,9 @@ class GymSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-        """--gym-merge: every selected trial must come from a shard; else refuse, or deselect them when allowed."""
+        """--gym-sequential: suites in their seeded order. --gym-merge: every selected trial must come from a shard;
+        else refuse, or deselect them when allowed."""
+        sequential_order(items, run_seed(self.settings.seed, str(self.run_dir)))
         merged = self.merged
         if merged is None:
             return

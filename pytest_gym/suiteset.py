@@ -185,10 +185,18 @@ class Suites:
 
     def admission(self, planned: Sequence[TrialSpec], known: Sequence[TrialOutcome]) -> Admission | None:
         """Which of ``planned`` start (budgets, adaptive repeats, sequential gates); None: all of them."""
-        from pytest_gym.runner.admit import build_admission
+        from pytest_gym.judge.sequential import run_seed
+        from pytest_gym.runner.admit import build_admission, sequential_stopper
 
+        seed = run_seed(self.settings.seed, str(self.run_dir))
         return build_admission(
-            self.run_dir, self.settings, planned, lambda suite: self.suite_settings(suite)[0], self.suite_limits, known
+            self.run_dir,
+            self.settings,
+            planned,
+            lambda suite: self.suite_settings(suite)[0],
+            self.suite_limits,
+            known,
+            lambda suite, own: sequential_stopper(suite, own, self.suite_settings(suite)[1], planned, seed),
         )
 
     def defer(self, verdicts: list[SuiteVerdict]) -> dict[str, tuple[list[str], bool]]:

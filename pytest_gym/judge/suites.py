@@ -29,11 +29,13 @@ from pytest_gym.judge.baseline import (
 from pytest_gym.judge.efficiency import evaluate_efficiency, figures
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, evaluate, parse_gate
 from pytest_gym.judge.savings import cut_short, skipped_text, spend, undecided
+from pytest_gym.judge.sequential import decided_gate, replay, sequence_summary, shared_means, suite_sequence, task_order
 from pytest_gym.judge.stats import SuiteStats, suite_stats
 from pytest_gym.judge.summary import (
     BaselineSummary,
     FlakyTask,
     GateSummary,
+    SequentialSummary,
     SpendSummary,
     SuiteSummary,
     TaskRef,
@@ -102,12 +104,23 @@ class SuiteVerdict:
     skipped: dict[str, int] = field(default_factory=dict)
     cut_short: str | None = None
     budget: SpendSummary | None = None
+    #: --gym-sequential: the suite's checks; the baseline check's decision when the suite stopped early.
+    sequential: SequentialSummary | None = None
+    sequential_baseline: str | None = None
 
     @property
     def failed(self) -> bool:
-        return any(not g.passed for g in self.gates) or bool(
-            self.comparison and (self.comparison.regressed or self.cut_short)
-        )
+        return any(not g.passed for g in self.gates) or bool(self.comparison and not self.baseline_passed)
+
+    @property
+    def baseline_passed(self) -> bool:
+        """The ``<suite>::baseline`` check: no regression (decided sequentially when the suite stopped early),
+        and a suite a budget cut short is undecided."""
+        if self.cut_short:
+            return False
+        if self.sequential_baseline is not None:
+            return self.sequential_baseline.startswith("baseline: no regression")
+        return not (self.comparison and self.comparison.regressed)
 
     def task_label(self, task_hash: str) -> str:
         return task_label(task_hash, self.lines.get(task_hash))
@@ -169,6 +182,7 @@ class SuiteVerdict:
             cut_short=self.cut_short,
             budget=self.budget,
             savings_note=self.savings_note(),
+            sequential=self.sequential,
         )
         c = self.comparison
         if c is not None:
@@ -210,6 +224,8 @@ class SuiteResults:
     trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
     narrowed: bool = False
     limits_for: SuiteLimits | None = None
+    #: --gym-sequential: the seed of the suites' task order (``judge.sequential.run_seed``).
+    seed: int = 0
     #: Trials not run (budgets, adaptive repeats, sequential gates): suite -> (task, repeat) -> why.
     skips: dict[str, dict[tuple[str, int], str]] = field(default_factory=dict)
 
@@ -252,6 +268,39 @@ class SuiteResults:
         if why is not None:
             verdict.cut_short = why
             verdict.gates = undecided(verdict.gates, why)
+
+    def _sequential(self, verdict: SuiteVerdict, records: list[TrialRecord], settings: GymSettings) -> None:
+        """--gym-sequential: the suite's checks replayed as the dispatcher ran them; when the suite stopped early,
+        its gates (and baseline check) are their decisions for the whole suite."""
+        gates = [g.gate for g in verdict.gates]
+        ran: dict[str, dict[int, float | None]] = defaultdict(dict)
+        for r in records:
+            ran[r.task_hash][r.repeat] = None if r.error else r.reward
+        skips = self.skips.get(verdict.suite, {})
+        planned = Counter(h for h, _ in skips) + Counter({h: len(trials) for h, trials in ran.items()})
+        order = task_order(self.seed, verdict.suite, sorted(planned))
+        compares = settings.baseline if not settings.update_baseline else None
+        sequence = suite_sequence(
+            gates,
+            len(order),
+            settings.min_reward,
+            baseline_means=shared_means(compares, verdict.suite, set(planned)),
+            max_regression=settings.max_regression,
+        )
+        replay(sequence, order, planned, ran)
+        early = sequence.decided and "sequential" in skips.values()
+        verdict.sequential = sequence_summary(sequence, self.seed, early)
+        if not early:
+            return
+        checks = {seq.label: seq for _, seq in sequence.gates}
+        verdict.gates = [
+            decided_gate(g.gate, checks[g.gate.label], sequence.population, sequence.confidence)
+            if g.gate.label in checks
+            else g
+            for g in verdict.gates
+        ]
+        if sequence.baseline is not None:
+            verdict.sequential_baseline = sequence.baseline.statement(sequence.confidence)
 
     def run_budget(self) -> SpendSummary | None:
         """The run's budget and what the run's own trials spent (each suite at its prices)."""
@@ -297,6 +346,8 @@ class SuiteResults:
                 else evaluate(g, stats, verdict.comparison, no_comparison)
                 for g in gates
             ]
+            if settings.sequential:
+                self._sequential(verdict, records, settings)
             self._savings(verdict, records, settings)
             verdicts.append(verdict)
         for path, baselines in updates.items():

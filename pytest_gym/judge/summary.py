@@ -32,6 +32,7 @@ _OPTIONAL_SECTIONS = (
     "cut_short",
     "budget",
     "savings_note",
+    "sequential",
 )
 
 
@@ -109,6 +110,37 @@ class SpendSummary(_Model):
         return ", ".join(parts)
 
 
+class SequentialCheck(_Model):
+    """One gate's sequential check (``judge.sequential``): how and when it was decided, its confidence sequence."""
+
+    op: str = ">="
+    threshold: float = 0.0
+    #: "holds", "fails", or None (undecided when the run ended).
+    decision: str | None = None
+    decided_at: int | None = None
+    #: The confidence sequence at the end of the checks (each end at the gate's level).
+    low: float | None = None
+    high: float | None = None
+    #: (tasks, lower, upper) over the run, for the report's plot.
+    history: list[tuple[int, float, float]] = Field(default_factory=list)
+
+
+class SequentialSummary(_Model):
+    """``--gym-sequential``: the seeded order, when the suite was decided, each check."""
+
+    seed: int = 0
+    tasks: int = 0
+    #: Tasks of the order taken when every check was decided (None: they never all were).
+    decided_at: int | None = None
+    message: str | None = None
+    confidence: float = 0.95
+    checks: dict[str, SequentialCheck] = Field(default_factory=dict)
+    #: Gates a sequential run cannot decide early (the suite then runs to the end).
+    undecidable: list[str] = Field(default_factory=list)
+    #: Whether the verdicts are the sequential decisions (the suite stopped early) or the full run's.
+    stopped_early: bool = False
+
+
 class BaselineSummary(_Model):
     """The comparison with the suite's stored baseline."""
 
@@ -166,6 +198,8 @@ class SuiteSummary(_Model):
     budget: SpendSummary | None = None
     #: What the suite's numbers stand on when trials were skipped (pass@k and the interval over what ran).
     savings_note: str | None = None
+    #: --gym-sequential: the suite's sequential checks.
+    sequential: SequentialSummary | None = None
 
     @property
     def all_trials(self) -> int:

@@ -61,12 +61,14 @@ def synthetic_reports(verdict: SuiteVerdict) -> list[pytest.TestReport]:
                 f"by {c.paired.method}) over {c.paired.n_shared} shared tasks; "
                 f"new failures: {c.describe(c.new_failures)}"
             )
+        if verdict.sequential_baseline is not None:
+            reason = f"{verdict.sequential_baseline} (--gym-sequential)"
         if verdict.cut_short:
             reason = f"baseline check undecided: {verdict.cut_short}"
         reports += _outcome_reports(
             f"{verdict.suite}::baseline",
             verdict.suite,
-            not c.regressed and not verdict.cut_short,
+            verdict.baseline_passed,
             reason,
             [("gym_baseline_delta", c.paired.mean_delta if c.paired.mean_delta is not None else "n/a")],
         )

@@ -25,6 +25,7 @@ from typing import Literal, Protocol
 
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.taskrule import TaskRule
+from pytest_gym.judge.sequential import SuiteSequence
 from pytest_gym.rollout.ledger import Ledger, Spend, suite_of
 
 Action = Literal["start", "wait", "skip"]
@@ -87,6 +88,29 @@ class Stopper(Protocol):
     def stopped(self, ledger: Ledger) -> str | None: ...
 
 
+@dataclass
+class SequentialStopper:
+    """``--gym-sequential`` for one suite: takes the tasks of the seeded order from the ledger, in order, each once
+    all its planned repeats finished, into the suite's sequential checks (``judge.sequential``)."""
+
+    suite: str
+    #: The suite's tasks in the seeded order, with how many repeats of each are planned.
+    order: list[tuple[str, int]]
+    sequence: SuiteSequence
+    _next: int = 0
+
+    def stopped(self, ledger: Ledger) -> str | None:
+        sequence = self.sequence
+        while not sequence.decided and self._next < len(self.order):
+            task_hash, repeats = self.order[self._next]
+            results = ledger.task(self.suite, task_hash)
+            if len(results) < repeats:
+                break  # the next task of the order is not finished: later ones must wait for it
+            sequence.take(task_hash, [results[r].reward for r in sorted(results)])
+            self._next += 1
+        return sequence.message() if sequence.decided else None
+
+
 @dataclass(frozen=True)
 class SuitePolicy:
     """How one suite's trials are admitted."""
@@ -128,7 +152,8 @@ class Admission:
                 return Decision("skip", spent, "budget")
         if policy.stopper is not None:
             stopped = policy.stopper.stopped(self.ledger)
-            if stopped:
+            # A task some of whose repeats finished runs to its end: its trials stay a whole task.
+            if stopped and not self.ledger.task(suite, spec.task.hash):
                 return Decision("skip", stopped, "sequential")
         if policy.adaptive:
             return self._adaptive(spec, suite, policy)

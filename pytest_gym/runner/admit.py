@@ -7,13 +7,16 @@ trial as before.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.taskrule import parse_task_rule
-from pytest_gym.rollout.admission import Admission, Budget, Stopper, SuitePolicy
+from pytest_gym.judge.gates import Gate
+from pytest_gym.judge.sequential import shared_means, suite_sequence, task_order
+from pytest_gym.rollout.admission import Admission, Budget, SequentialStopper, Stopper, SuitePolicy
 from pytest_gym.rollout.ledger import Ledger, suite_of
 
 #: suite -> (max_cost, max_tokens, where they were set): a suite's own budget (a suite file's keys).
@@ -31,6 +34,24 @@ def run_budget(settings: GymSettings) -> Budget | None:
         price_in=settings.price_in,
         price_out=settings.price_out,
     )
+
+
+def sequential_stopper(
+    suite: str, settings: GymSettings, gates: Sequence[Gate], planned: Sequence[TrialSpec], seed: int
+) -> SequentialStopper:
+    """``--gym-sequential`` for one suite: its planned tasks in the seeded order, its gates' sequential checks
+    (and the paired one against its baseline, when it compares with one)."""
+    repeats = Counter(spec.task.hash for spec in planned if suite_of(spec.nodeid) == suite)
+    order = task_order(seed, suite, list(repeats))
+    compares = settings.baseline if not settings.update_baseline else None
+    sequence = suite_sequence(
+        gates,
+        len(order),
+        settings.min_reward,
+        baseline_means=shared_means(compares, suite, set(repeats)),
+        max_regression=settings.max_regression,
+    )
+    return SequentialStopper(suite, [(h, repeats[h]) for h in order], sequence)
 
 
 def build_admission(
