@@ -197,6 +197,9 @@ class SuiteSequence:
     baseline_means: Mapping[str, float] = field(default_factory=dict)
     tasks: int = 0
     decided_at: int | None = None
+    #: Each task's mean reward taken, errors as failures and as successes (the suite's interval when it stops).
+    means_low: list[float] = field(default_factory=list, repr=False)
+    means_high: list[float] = field(default_factory=list, repr=False)
 
     @property
     def checks(self) -> list[SequentialGate]:
@@ -211,14 +214,23 @@ class SuiteSequence:
         self.tasks += 1
         for gate, seq in self.gates:
             seq.update(task_value(gate, trials, self.min_reward, 0.0), task_value(gate, trials, self.min_reward, 1.0))
+        low = math.fsum(0.0 if r is None else min(1.0, max(0.0, r)) for r in trials) / len(trials)
+        high = math.fsum(1.0 if r is None else min(1.0, max(0.0, r)) for r in trials) / len(trials)
+        self.means_low.append(low)
+        self.means_high.append(high)
         if self.baseline is not None and task_hash in self.baseline_means:
             before = self.baseline_means[task_hash]
-            low = math.fsum(0.0 if r is None else min(1.0, max(0.0, r)) for r in trials) / len(trials)
-            high = math.fsum(1.0 if r is None else min(1.0, max(0.0, r)) for r in trials) / len(trials)
             # The change now - before, in [-1, 1], as a value in [0, 1]: (change + 1) / 2.
             self.baseline.update((low - before + 1) / 2, (high - before + 1) / 2)
         if self.decided_at is None and not self.undecidable and all(c.decision is not None for c in self.checks):
             self.decided_at = self.tasks
+
+    def interval(self) -> tuple[float, float]:
+        """The whole suite's mean reward: a two-sided anytime-valid confidence sequence over the tasks taken."""
+        alpha = 1.0 - self.confidence
+        low, _ = confidence_sequence(self.means_low, self.population, alpha)
+        _, high = confidence_sequence(self.means_high, self.population, alpha)
+        return low, high
 
     def message(self) -> str:
         """``decided after 57 of 1000 tasks: mean_reward>=0.8 holds for the whole suite at 95%``."""

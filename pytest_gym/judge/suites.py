@@ -292,6 +292,13 @@ class SuiteResults:
         verdict.sequential = sequence_summary(sequence, self.seed, early)
         if not early:
             return
+        stats = verdict.stats  # a fixed-size interval does not hold at a time the data chose: the sequence's does
+        if stats.ci_low is not None and all(0.0 <= r <= 1.0 for g in stats.rewards.values() for r in g):
+            stats.ci_low, stats.ci_high = sequence.interval()
+            stats.ci_note = (
+                f"anytime-valid {sequence.confidence:.0%} confidence sequence for the whole suite's mean reward, "
+                f"over the first {sequence.tasks} of its {sequence.population} tasks (--gym-sequential)"
+            )
         checks = {seq.label: seq for _, seq in sequence.gates}
         verdict.gates = [
             decided_gate(g.gate, checks[g.gate.label], sequence.population, sequence.confidence)

@@ -6,7 +6,7 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import RunSummary, SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import RunSummary, SequentialSummary, SuiteSummary, TaskRef, TotalsSummary
 
 _SHOW_FAILURES = 5
 
@@ -69,6 +69,8 @@ def summary_lines(
             lines.append(f"  {s.savings_note}")
         if s.cut_short:
             lines.append(f"  UNDECIDED: {s.cut_short}")
+        if s.sequential is not None:
+            lines.append(f"  {_sequential_line(s.sequential)}")
         flaky = s.flaky_tasks
         if flaky:
             shown = ", ".join(t.shown for t in flaky[:_SHOW_FAILURES])
@@ -104,6 +106,17 @@ def summary_lines(
         elif s.baseline_note:
             lines.append(f"  {s.baseline_note}")
     return lines
+
+
+def _sequential_line(seq: SequentialSummary) -> str:
+    head = f"sequential (--gym-seed {seq.seed}): "
+    if seq.message and seq.stopped_early:
+        return head + seq.message
+    if seq.undecidable:
+        return head + f"every task runs: {', '.join(seq.undecidable)} cannot be decided before the end"
+    if seq.message:
+        return head + seq.message + " (every task had run already: the full run's verdicts stand)"
+    return head + f"not decided before the end ({seq.tasks} tasks): the full run's verdicts stand"
 
 
 def run_lines(summary: RunSummary | None) -> list[str]:
