@@ -140,7 +140,7 @@ def test_errored_trials_never_decide_a_gate() -> None:
         sequence.take(str(i), [None] if i % 3 == 0 else [1.0])
         if i < 299:
             assert not sequence.decided, i
-    (_, check), = sequence.gates
+    ((_, check),) = sequence.gates
     assert check.decision is None
 
 
@@ -230,7 +230,8 @@ def test_a_sequential_run_stops_once_the_gate_is_decided(
     assert seq["seed"] == 11
     assert seq["stopped_early"] is True
     decided_at = seq["decided_at"]
-    assert seq["message"] == f"decided after {decided_at} of 300 tasks: mean_reward>=0.8 holds for the whole suite at 95%"
+    holds = "mean_reward>=0.8 holds for the whole suite at 95%"
+    assert seq["message"] == f"decided after {decided_at} of 300 tasks: {holds}"
     assert suite["gates"]["mean_reward>=0.8"]["passed"] is True
     # The first tasks of the seeded order ran, each whole; the ones in flight at the decision finished.
     hashes = _hashes(pytester)
@@ -243,8 +244,8 @@ def test_a_sequential_run_stops_once_the_gate_is_decided(
     assert outcomes["skipped"] == 2 * (300 - len(ran))
     result.stdout.fnmatch_lines(
         [
-            "*sequential (--gym-seed 11): decided after * of 300 tasks: mean_reward>=0.8 holds for the whole suite at 95%",
-            "SKIPPED * decided after * of 300 tasks: mean_reward>=0.8 holds for the whole suite at 95%",
+            f"*sequential (--gym-seed 11): decided after * of 300 tasks: {holds}",
+            f"SKIPPED * decided after * of 300 tasks: {holds}",
         ]
     )
     assert suite["skipped"] == {"sequential": outcomes["skipped"]}
