@@ -22,11 +22,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault, sequential_order
+from pytest_gym.collect import (
+    GymDatasetFile,
+    GymSuiteFile,
+    GymTask,
+    GymTrial,
+    raise_fault,
+    sequential_order,
+    trial_specs,
+)
 from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties, task_trials
 from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
 from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
@@ -230,10 +238,11 @@ class GymSession:
         merged = self.merged
         if merged is None:
             return
-        missing = [i for i in items if isinstance(i, GymTrial) and i.spec.key not in merged]
+        lacking = [(i, s) for i in items if isinstance(i, (GymTrial, GymTask)) for s in i.specs if s.key not in merged]
+        missing = list({id(item): item for item, _ in lacking}.values())
         if not missing:
             return
-        trials = [MissingTrial(item.nodeid, item.spec.task.hash, item.spec.repeat) for item in missing]
+        trials = [MissingTrial(s.nodeid, s.task.hash, s.repeat) for _, s in lacking]
         if self.settings.merge_allow_missing:
             message = missing_message(trials, merged.folders, "Deselected (--gym-merge-allow-missing).")
             self.add_note(message.removeprefix("pytest-gym merge: "))
@@ -250,7 +259,7 @@ class GymSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
+        self.progress.total = len(self.plan(session))
         if self.owner and self.progress.total and not self.config.option.collectonly:
             self.run.start_trajectories()
 
@@ -262,27 +271,22 @@ class GymSession:
         starts its workers): the trials, wherever they run, only read the verdicts from the run folder."""
         if not self.owner or not self.settings.rescore or self.config.option.collectonly:
             return
-        from pytest_gym.gym.rescore import UnsafeRescore, moved, moved_note, write_rescore_info
+        from pytest_gym.gym.rescore import UnsafeRescore, moved_note
 
         source = Path(self.settings.rescore)
         try:
-            result = self.run.rescore(source)
+            report = self.run.rescore_all(source, self.settings.min_reward, self.settings.task_pass)
         except (UnsafeRescore, RecordError) as exc:
             raise pytest.UsageError(f"pytest-gym: --gym-rescore {source}: {exc}") from None
-        except GymError as exc:
-            error = clean_text(f"pytest-gym: --gym-rescore: {exc}", MAX_MESSAGE)
-            write_rescore_info(self.run_dir, source, None, error)
-            return
-        report = moved(result, self.settings.min_reward, self.settings.task_pass)
-        self.rescore_report = {"source": str(source), **report}
-        write_rescore_info(self.run_dir, source, report)
-        self.add_note(moved_note(source, report))
+        if report is not None:
+            self.rescore_report = {"source": str(source), **report}
+            self.add_note(moved_note(source, report))
 
     # -- trials ------------------------------------------------------------------------------------
 
     def plan(self, session: pytest.Session) -> list[TrialSpec]:
         """Every selected trial, in run order (identical on all xdist workers, which claim them from one another)."""
-        return [item.spec for item in session.items if isinstance(item, GymTrial)]
+        return trial_specs(session.items)
 
     def _source(self, session: pytest.Session) -> TrialSource:
         """Where this process's trials get their outcomes: chosen once, with the first trial."""
@@ -326,6 +330,10 @@ class GymSession:
             return self.run.open(planned, worker_queue(session, planned), source.answered_here(planned), admission)
         except GymError as exc:
             pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)
+
+    def spec_outcome(self, session: pytest.Session, spec: TrialSpec) -> TrialOutcome:
+        """One trial's outcome from this run's source (``NotRun`` when it has none): a task item's trials."""
+        return self._source(session).outcome(spec)
 
     def trial_outcome(self, item: GymTrial) -> TrialOutcome:
         """The outcome of ``item`` from this run's source; a fault fails the setup phase."""
@@ -371,12 +379,18 @@ class GymSession:
         if report.when != "teardown":
             return
         setup_error = self._setup_errors.pop(report.nodeid, None)
+        for trial in task_trials(report.nodeid, report.user_properties):  # a task's (--gym-verdict task)
+            self._add_trial(trial, errored=False)
         outcome = from_properties(report.nodeid, report.user_properties)
         if outcome is None:
             return
         if setup_error is not None:
             outcome.error, outcome.error_class = setup_error, outcome.error_class or "setup"
-        self.results.add(outcome, errored=setup_error is not None)
+        self._add_trial(outcome, errored=setup_error is not None)
+
+    def _add_trial(self, outcome: TrialOutcome, errored: bool) -> None:
+        assert self.results is not None
+        self.results.add(outcome, errored=errored)
         self.progress.add(outcome)
         if self.early_aggregate and self.progress.done == self.progress.total:
             self.run.start_aggregate()

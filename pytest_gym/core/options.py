@@ -160,8 +160,9 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "verdict",
         "'trial': every low-reward trial fails (default); "
-        "'gate': low rewards are xfail, only gates, regressions and errors fail the run",
-        choices=("trial", "gate"),
+        "'gate': low rewards are xfail, only gates, regressions and errors fail the run; "
+        "'task': one test per task (<dataset>::<hash>), its repeats judged together by --gym-task-pass",
+        choices=("trial", "gate", "task"),
     ),
     Spec(
         "baseline",

@@ -126,6 +126,8 @@ class TrialOutcome:
 
 #: The first property of every trial's reports; its presence marks a report as a trial's.
 TRIAL_MARK = "gym_task_hash"
+#: --gym-verdict task: a task's reports carry each of its trials' properties as one list under this name.
+TRIALS_PROPERTY = "gym_trials"
 _TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}\[r\d+\]$")
 #: A trial's usage counts as ``tokens`` holds them: Gym's token counts, and the agent's turns and tool calls.
 USAGE_NAMES = ("input_tokens", "output_tokens", "total_tokens", "turns", "tool_calls")
@@ -137,7 +139,25 @@ def is_trial_nodeid(nodeid: str) -> bool:
 
 
 def is_trial(properties: Iterable[tuple[str, object]]) -> bool:
-    return any(name == TRIAL_MARK for name, _ in properties)
+    """A trial's reports, or a task's (``--gym-verdict task``) carrying its trials'."""
+    return any(name in (TRIAL_MARK, TRIALS_PROPERTY) for name, _ in properties)
+
+
+def task_trials(nodeid: str, properties: Iterable[tuple[str, object]]) -> list[TrialOutcome]:
+    """The trials a task's reports carry (``--gym-verdict task``): each one's outcome, named ``<task>[rN]``."""
+    found = []
+    for name, value in properties:
+        if name != TRIALS_PROPERTY or not isinstance(value, list):
+            continue
+        for entry in value:
+            if not isinstance(entry, list):
+                continue
+            pairs = [(str(p[0]), p[1]) for p in entry if isinstance(p, (list, tuple)) and len(p) == 2]
+            repeat = _int(dict(pairs).get("gym_repeat"), 0)
+            outcome = from_properties(f"{nodeid}[r{repeat}]", pairs)
+            if outcome is not None:
+                found.append(outcome)
+    return found
 
 
 def _int(value: object, default: int) -> int:

@@ -60,7 +60,7 @@ class GymSettings(BaseModel):
     rescore_force: bool = False
     progress_interval: float = Field(10.0, gt=0)
     gate: tuple[str, ...] = ()
-    verdict: Literal["trial", "gate"] = "trial"
+    verdict: Literal["trial", "gate", "task"] = "trial"
     baseline: str | None = None
     update_baseline: bool = False
     max_regression: float = Field(0.0, ge=0.0)

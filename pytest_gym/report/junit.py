@@ -40,6 +40,7 @@ from junitparser import Properties, xunit2
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.masking import clean_text
+from pytest_gym.core.outcome import TRIALS_PROPERTY as TRIALS
 from pytest_gym.judge.summary import SuiteSummary
 
 # junitparser's annotations name the base classes where xunit2 objects come back (its TestSuite iterates
@@ -121,7 +122,8 @@ def _strict_case(case: JUnitNode, keep_errors: bool = False) -> int:
     infrastructure fault from a low reward by it, which matters more than this schema's spelling.
     """
     element = _elem(case)
-    moved = [(p.name, p.value or "") for props in case.iterchildren(Properties) for p in props]
+    # A task's trials (--gym-verdict task) are in the run folder and the report; JUnit names the task only.
+    moved = [(p.name, p.value or "") for props in case.iterchildren(Properties) for p in props if p.name != TRIALS]
     for name in [key for key in element.attrib if key not in _TESTCASE_ATTRIBUTES]:
         moved.append((f"junit.{name}", element.attrib.pop(name)))
     for props in list(element.iterfind("properties")):

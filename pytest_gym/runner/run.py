@@ -21,7 +21,7 @@ from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.core.masking import Masker, clean_text
+from pytest_gym.core.masking import MAX_MESSAGE, Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
@@ -154,6 +154,21 @@ class GymRun:
             output=self.run_dir / RESCORED_FILE,
             access=self.access,
         )
+
+    def rescore_all(self, source: Path, min_reward: float, task_pass: str) -> dict[str, Any] | None:
+        """--gym-rescore, before any trial: re-verify ``source``'s answers and record what moved (``rescore.json``);
+        None when Gym could not be reached (recorded too: the trials then report it). ``UnsafeRescore`` and
+        ``RecordError`` are the user's to fix."""
+        from pytest_gym.gym.rescore import moved, write_rescore_info
+
+        try:
+            result = self.rescore(source)
+        except GymError as exc:
+            write_rescore_info(self.run_dir, source, None, clean_text(f"pytest-gym: --gym-rescore: {exc}", MAX_MESSAGE))
+            return None
+        report = moved(result, min_reward, task_pass)
+        write_rescore_info(self.run_dir, source, report)
+        return report
 
     def _claims(self) -> Claims:
         """How this process shares the trials: alone, all in memory; xdist workers, through claim files."""
