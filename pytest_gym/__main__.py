@@ -14,8 +14,11 @@ from pathlib import Path
 
 
 def _report(args: argparse.Namespace) -> int:
+    from pytest_gym.judge.summary import SummaryError
     from pytest_gym.report.html import build_report
     from pytest_gym.runfolder.layout import REPORT_FILE
+    from pytest_gym.runfolder.records import RecordError
+    from pytest_gym.runfolder.summary import read_summary
 
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
@@ -25,7 +28,17 @@ def _report(args: argparse.Namespace) -> int:
         )
         return 2
     try:
+        read_summary(run_dir)
+    except SummaryError as exc:
+        print(
+            f"pytest-gym report: note: the summary is unusable ({exc}); numbers computed from the rollouts",
+            file=sys.stderr,
+        )
+    try:
         target = build_report(run_dir, Path(args.output) if args.output else None, args.baseline)
+    except RecordError as exc:
+        print(f"pytest-gym report: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         where = args.output or run_dir / REPORT_FILE
         print(f"pytest-gym report: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)

@@ -10,7 +10,9 @@ seconds SIGTERM and SIGKILL, when:
 - pytest asks (a ``stop`` line on the pipe, or SIGUSR1 from another pytest process);
 - pytest is gone, however it ended (SIGKILL included): the pipe reaches EOF, or,
   when the starter is an xdist worker, the run's owner (``--owner``) is gone;
-- the command exits by itself (then only what it left behind is stopped).
+- the command exits by itself (then only what it left behind is stopped);
+- the supervisor itself is killed (SIGKILL with its owner, the OOM killer): a reaper process it forked
+  (Linux: ``PR_SET_PDEATHSIG``) stops the group the same way, so no child outlives its supervisor.
 
 It ignores SIGINT, SIGTERM and SIGHUP: a Ctrl-C, a CI cancel or a closed terminal
 reaches pytest, which stops the run; a stop that has begun is always finished.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import select
@@ -38,6 +41,10 @@ from pytest_gym.process.groups import process_start_time, stop_group
 POLL_S = 0.25
 #: Grace for what the command left behind when it exited by itself.
 LEFTOVER_GRACE_S = 2.0
+
+
+#: The supervisor's own reaper: of its session, but never what the command left behind.
+_REAPERS: set[int] = set()
 
 
 def _child_setup() -> None:
@@ -72,7 +79,7 @@ def _session_members() -> list[int]:
     """Other live processes of this supervisor's session: what left the command's group (Ray's workers
     move to groups of their own) but not the session. Empty without procfs."""
     me, sid = os.getpid(), os.getsid(0)
-    found = []
+    found: list[int] = []
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or int(entry) == me:
@@ -80,7 +87,7 @@ def _session_members() -> list[int]:
             with contextlib.suppress(OSError, IndexError, ValueError):
                 with open(f"/proc/{entry}/stat", "rb") as fh:
                     fields = fh.read().rsplit(b")", 1)[1].split()
-                if int(fields[3]) == sid and fields[0] not in (b"Z", b"X"):
+                if int(fields[3]) == sid and fields[0] not in (b"Z", b"X") and int(entry) not in _REAPERS:
                     found.append(int(entry))
     return found
 
@@ -104,6 +111,54 @@ def _sweep_session(grace: float = 2.0) -> str:
     if left:
         return f"; {len(left)} of {count} process(es) that left its group survived SIGKILL"
     return f"; {count} process(es) that left its group stopped"
+
+
+#: prctl(2) option: the signal this process gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def _start_reaper(child: int, first: signal.Signals, grace: float) -> int | None:
+    """Fork a process that stops the command's group once this supervisor is gone, however it ended.
+
+    The kernel signals the reaper (``PR_SET_PDEATHSIG``) when its parent dies; it then stops the group
+    (``first``, ``grace``, SIGTERM, SIGKILL) and what left it in the session. The supervisor kills the reaper
+    when it ends normally. None where prctl is not available (not Linux): the owner and the pipe still
+    end the run as before.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    supervisor = os.getpid()
+    wake = {signal.SIGUSR2}
+    signal.pthread_sigmask(signal.SIG_BLOCK, wake)  # before the fork: the reaper cannot miss the signal
+    pid = os.fork()
+    if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, wake)
+        _REAPERS.add(pid)
+        return pid
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGUSR2), 0, 0, 0) != 0:
+            os._exit(1)
+        if os.getppid() == supervisor:  # else the supervisor died before prctl took effect
+            signal.sigwait(wake)
+        stop_group(child, grace, None, first=first)
+        _sweep_session()
+    except BaseException:
+        code = 1
+    os._exit(code)
+
+
+def _stop_reaper(reaper: int | None) -> None:
+    if reaper is None:
+        return
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):
+        os.kill(reaper, signal.SIGKILL)
+        os.waitpid(reaper, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +186,24 @@ def main(argv: list[str] | None = None) -> int:
 
     owner = _Owner(args.owner) if args.owner else None
     child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=_child_setup)
+    reaper = _start_reaper(child.pid, first, args.grace)
     _write_state(state_file, {"supervisor": os.getpid(), "pid": child.pid})
+    try:
+        return _supervise(child, command, args, first, state_file, owner, wake_r, requested)
+    finally:
+        _stop_reaper(reaper)
+
+
+def _supervise(
+    child: subprocess.Popen[bytes],
+    command: list[str],
+    args: argparse.Namespace,
+    first: signal.Signals,
+    state_file: Path,
+    owner: _Owner | None,
+    wake_r: int,
+    requested: list[str],
+) -> int:
 
     stdin_fd: int | None = sys.stdin.fileno()
     reason = ""

@@ -25,7 +25,14 @@ from pytest_gym.runfolder.aggregate import aggregate_metrics
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE, RUN_INFO_FILE
 from pytest_gym.runfolder.records import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, RecordError, parse_record, stamps
 from pytest_gym.runfolder.rollouts import aggregate_entry, aggregate_request_from_records, write_aggregate_metrics
-from pytest_gym.runfolder.runinfo import Reusable, basis_differences, file_sha256, read_run_info, write_run_info
+from pytest_gym.runfolder.runinfo import (
+    Reusable,
+    basis_differences,
+    file_sha256,
+    read_run_info,
+    run_info_problem,
+    write_run_info,
+)
 
 Key = tuple[str, int]
 _SHOW = 5
@@ -69,6 +76,12 @@ def _shard_folder(path: Path) -> ShardFolder:
         raise MergeError(
             f"pytest-gym merge: {path} has no readable {RUN_INFO_FILE}: not a pytest-gym run folder "
             "(give each shard job's --gym-run-dir, as uploaded)"
+        )
+    problem = run_info_problem(info)
+    if problem is not None:
+        raise MergeError(
+            f"pytest-gym merge: {path / RUN_INFO_FILE}: {problem}; not a run info pytest-gym wrote (edited, or from "
+            "an untrusted source?): give each shard job's run folder as it uploaded it"
         )
     shard = str(info.get("shard") or "")
     index, _, count = shard.partition("/")

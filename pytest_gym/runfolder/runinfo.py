@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.masking import clean_text, mask_data
+from pytest_gym.core.numbers import is_int
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE
 from pytest_gym.runfolder.records import read_records, reward_of, stamps
@@ -77,11 +79,46 @@ def write_run_info(
     write_atomically(target, json.dumps(data, indent=2).encode(), fsync=False)
 
 
+#: Bounds on a run info read back (a folder from another job or a fork): the settings' own bounds.
+MAX_REPEATS = 100_000
+MAX_DATASETS = 10_000
+_MAX_INFO_BYTES = 16 << 20
+_SHARD = re.compile(r"[1-9][0-9]{0,4}/[1-9][0-9]{0,4}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def run_info_problem(info: dict[str, Any]) -> str | None:
+    """What in a run info no run writes (so nothing is sized or trusted by it), or None."""
+    shard = info.get("shard")
+    if shard is not None and not (isinstance(shard, str) and _SHARD.fullmatch(shard)):
+        return f"'shard' is {shard!r:.60}, not I/N"
+    repeats = info.get("repeats")
+    if repeats is not None and not (is_int(repeats) and 1 <= repeats <= MAX_REPEATS):
+        return f"'repeats' is {repeats!r:.60}, not a number of repeats from 1 to {MAX_REPEATS}"
+    datasets = info.get("datasets")
+    if datasets is not None:
+        if not isinstance(datasets, list) or len(datasets) > MAX_DATASETS:
+            return f"'datasets' is not a list of at most {MAX_DATASETS} datasets"
+        for number, entry in enumerate(datasets):
+            path = entry.get("path") if isinstance(entry, dict) else None
+            sha = entry.get("sha256") if isinstance(entry, dict) else None
+            if not isinstance(path, str) or not 0 < len(path) <= 4096 or not isinstance(sha, str):
+                return f"'datasets' entry {number} has no path and sha256"
+            if not _SHA256.fullmatch(sha):
+                return f"'datasets' entry {number}: sha256 {sha!r:.80} is not a SHA-256"
+    if not isinstance(info.get("basis", {}), dict) or not isinstance(info.get("digest", ""), str):
+        return "'basis' or 'digest' is not what pytest-gym writes"
+    return None
+
+
 def read_run_info(run_dir: Path) -> dict[str, Any] | None:
     """A run folder's ``pytest_gym_run.json``, or None when it has none (or it does not parse)."""
+    path = run_dir / RUN_INFO_FILE
     try:
-        data = json.loads((run_dir / RUN_INFO_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        if path.stat().st_size > _MAX_INFO_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
