@@ -41,7 +41,7 @@ from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, 
 from pytest_gym.judge.sequential import run_seed
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
-from pytest_gym.report.junit import flat_properties, postprocess_junit
+from pytest_gym.report.junit import postprocess_junit, summary_properties
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import run_lines, write_section
@@ -539,8 +539,7 @@ class GymSession:
         xmlpath = getattr(self.config.option, "xmlpath", None)
         if not xmlpath or not Path(xmlpath).exists():
             return
-        suites = {name: flat_properties(suite) for name, suite in (self.summary.suites if self.summary else {}).items()}
-        postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True)
+        postprocess_junit(Path(xmlpath), summary_properties(self.summary), xsd_strict=True, keep_errors=True)
 
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""
