@@ -17,6 +17,10 @@ from typing import Any
 
 import pytest
 
+from pytest_gym.exporters.api import ExportRun
+from pytest_gym.exporters.github import markdown
+from pytest_gym.judge.summary import RunSummary, SpendSummary, SuiteSummary
+from pytest_gym.report.junit import read_suite_properties
 from pytest_gym.rollout.admission import Budget
 from pytest_gym.rollout.ledger import Spend
 from tests.test_hostile_gym import AGENT, FakeGym, serving
@@ -63,7 +67,7 @@ def test_a_token_budget_stops_dispatch_within_one_window_and_resume_finishes(
     concurrency, limit = 4, 10 * TOKENS
     first = run(
         pytester, gym, "run1", "--gym-dataset", "data.jsonl", "--gym-max-tokens", str(limit),
-        "--gym-concurrency", str(concurrency), "--gym-gate", "mean_reward>=0.5", *xdist,
+        "--gym-concurrency", str(concurrency), "--gym-gate", "mean_reward>=0.5", "--junitxml", "run1.xml", *xdist,
     )  # fmt: skip
     outcomes = first.parseoutcomes()
     ran, skipped = outcomes["passed"], outcomes["skipped"]
@@ -90,6 +94,14 @@ def test_a_token_budget_stops_dispatch_within_one_window_and_resume_finishes(
     assert suite["skipped"] == {"budget": skipped}
     assert suite["gates"]["mean_reward>=0.5"]["undecided"] is True
     assert "budget stopped" in suite["cut_short"]
+
+    junit = read_suite_properties(pytester.path / "run1.xml")
+    assert junit["gym.data.jsonl.skipped.budget"] == str(skipped)
+    assert junit["gym.data.jsonl.run_budget"] == f"{ran * TOKENS:,} of 2,000 tokens on {ran} trials, {skipped} not run"
+    assert junit["gym.data.jsonl.cut_short"].startswith("the budget stopped this suite")
+    page = (pytester.path / "run1" / "report.html").read_text()
+    assert "Spend and savings" in page
+    assert "the budget stopped this suite" in page
 
     calls = gym.calls["/run"]
     second = run(pytester, gym, "run2", "--gym-dataset", "data.jsonl", "--gym-resume", "run1",
@@ -152,3 +164,22 @@ def test_budget_messages() -> None:
     both = Budget("suite budget (x)", 0.02, 4500, 2.0, 10.0).exhausted(spend)
     assert both == "suite budget (x) exhausted after 3 trials ($0.021 of $0.02; 4,500 of 4,500 tokens)"
     assert re.fullmatch(r".*\(4,500 of 4,500 tokens\)", str(Budget("b", 0.05, 4500, 2.0, 10.0).exhausted(spend)))
+
+
+def test_the_github_summary_shows_spend_and_what_did_not_run(tmp_path: Path) -> None:
+    suite = SuiteSummary(
+        tasks=3,
+        trials=3,
+        skipped={"budget": 7},
+        cut_short="the budget stopped this suite after 3 of its 10 trials (7 not run): ...",
+        budget=SpendSummary(max_cost=0.5, cost=0.61, trials=3, skipped=7),
+    )
+    summary = RunSummary(
+        run_dir=str(tmp_path),
+        suites={"data.jsonl": suite},
+        budget=SpendSummary(max_tokens=1000, tokens=1200, trials=3, skipped=7),
+    )
+    text = markdown(ExportRun("r1", tmp_path, summary.to_json(), {}, [], 1))
+    assert "- run budget: spent 1,200 of 1,000 tokens on 3 trials, 7 trials not run" in text
+    assert "- `data.jsonl`: **undecided**: the budget stopped this suite after 3 of its 10 trials" in text
+    assert "- `data.jsonl`: suite budget: spent $0.61 of $0.5" in text

@@ -20,6 +20,7 @@ import pytest
 from pytest_gym.judge.confseq import Capital, confidence_sequence
 from pytest_gym.judge.gates import parse_gate
 from pytest_gym.judge.sequential import suite_sequence, task_order
+from pytest_gym.report.junit import read_suite_properties
 from tests.test_hostile_gym import AGENT, FakeGym, serving
 
 ALPHA = 0.05
@@ -223,7 +224,9 @@ def test_a_sequential_run_stops_once_the_gate_is_decided(
     (pytester.path / "data.jsonl").write_text(rows(300))
     calls: list[str] = []
     gym.routes["/run"] = scripted(0.97, calls)
-    result = run(pytester, gym, "run", "--gym-gate", "mean_reward>=0.8", "--gym-repeats", "2", *xdist)
+    result = run(
+        pytester, gym, "run", "--gym-gate", "mean_reward>=0.8", "--gym-repeats", "2", "--junitxml", "r.xml", *xdist
+    )
     summary = json.loads((pytester.path / "run" / "pytest_gym_summary.json").read_text())
     (suite,) = summary["suites"].values()
     seq = suite["sequential"]
@@ -249,6 +252,12 @@ def test_a_sequential_run_stops_once_the_gate_is_decided(
         ]
     )
     assert suite["skipped"] == {"sequential": outcomes["skipped"]}
+    junit = read_suite_properties(pytester.path / "r.xml")
+    assert junit["gym.data.jsonl.sequential"] == seq["message"]
+    assert junit["gym.data.jsonl.skipped.sequential"] == str(outcomes["skipped"])
+    page = (pytester.path / "run" / "report.html").read_text()
+    assert 'data-chart="sequence"' in page
+    assert seq["checks"]["mean_reward>=0.8"]["history"][-1][0] == decided_at
     # The interval is the confidence sequence's, and it holds the whole suite's mean reward (all 600 trials).
     assert "anytime-valid" in suite["ci_note"]
     whole = sum(chance_of(f"q{i}", r, 0.97) for i in range(300) for r in range(2)) / 600

@@ -406,6 +406,21 @@ def _numbers(summary: SuiteSummary, source: str) -> dict[str, Any]:
     return numbers
 
 
+def _savings(summary: SuiteSummary) -> dict[str, Any] | None:
+    """What the suite did not run and why, its own budget, and its efficiency figures (the summary's)."""
+    figures = {k: v for k, v in summary.efficiency.items() if v is not None}
+    if not summary.skipped and summary.budget is None and not figures:
+        return None
+    return {
+        "skipped": dict(summary.skipped),
+        "saved": summary.trials_saved,
+        "note": summary.savings_note,
+        "cut_short": summary.cut_short,
+        "budget": summary.budget.line() if summary.budget is not None else None,
+        "efficiency": figures,
+    }
+
+
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     """Nested summary entries as (dotted key, short value) rows, for the keys shown as they are."""
     if isinstance(value, Mapping) and value and len(value) <= 40:
@@ -662,6 +677,8 @@ class _Builder:
             "totals": mask.data(entry.totals.model_dump(mode="json")) if entry.totals is not None else {},
             "other": [[k, v] for k, v in other],
             "task_count": len(tasks),
+            "savings": mask.data(_savings(entry)),
+            "sequential": mask.data(entry.sequential.model_dump(mode="json")) if entry.sequential else None,
         }
         for task in tasks:
             task.pop("_full_hash", None)
