@@ -183,3 +183,21 @@ def test_the_github_summary_shows_spend_and_what_did_not_run(tmp_path: Path) -> 
     assert "- run budget: spent 1,200 of 1,000 tokens on 3 trials, 7 trials not run" in text
     assert "- `data.jsonl`: **undecided**: the budget stopped this suite after 3 of its 10 trials" in text
     assert "- `data.jsonl`: suite budget: spent $0.61 of $0.5" in text
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_one_rollout_at_a_time_stops_after_the_trial_that_spent_the_budget(
+    pytester: pytest.Pytester, gym: FakeGym, xdist: tuple[str, ...]
+) -> None:
+    """At --gym-concurrency 1 the window is one trial: the first that finishes spends the budget and no other
+    starts, even one that pytest's thread was allowed to start while it waited for the slot (the admission
+    asks again once the slot is free)."""
+    pytester.makeini("[pytest]\n")
+    dataset(pytester.path / "data.jsonl", 6)
+    for attempt in range(3):
+        result = run(
+            pytester, gym, f"run{attempt}", "--gym-dataset", "data.jsonl", "--gym-max-tokens", "1",
+            "--gym-concurrency", "1", *xdist,
+        )  # fmt: skip
+        result.assert_outcomes(passed=1, skipped=5)
+        assert len(lines(pytester.path / f"run{attempt}" / "rollouts.jsonl")) == 1

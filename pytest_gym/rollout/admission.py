@@ -19,6 +19,7 @@ No pytest here; ``NotAdmitted`` carries a skip to the source, which reports the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
@@ -135,8 +136,14 @@ class Admission:
     run_budget: Budget | None = None
     #: What was refused, by kind (this process's count).
     refused: dict[str, int] = field(default_factory=dict)
+    #: The feeder (the dispatcher's loop) and pytest's thread both ask; a sequential stopper keeps state.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def decide(self, spec: TrialSpec) -> Decision:
+        with self._lock:
+            return self._decide(spec)
+
+    def _decide(self, spec: TrialSpec) -> Decision:
         self.ledger.refresh()
         suite = suite_of(spec.nodeid)
         policy = self.policies.get(suite)

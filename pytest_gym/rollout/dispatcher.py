@@ -71,6 +71,18 @@ def _fast_switching(on: bool) -> None:
                 sys.setswitchinterval(_switch_interval_before)
 
 
+#: Times pytest's thread asks the admission again for a trial whose slot came after the answer changed.
+_MAX_RECONSIDER = 1000
+
+
+class _Reconsider(Exception):
+    """The admission's answer changed while a trial waited for a slot: pytest's thread asks again."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.reason)
+        self.decision = decision
+
+
 class _Slots:
     """A semaphore whose urgent waiters (a trial pytest is waiting for) go before prefetches."""
 
@@ -263,11 +275,19 @@ class Dispatcher:
     def start_now(self, spec: TrialSpec, taken_over: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
         if self._stopping or not self._loop.is_running():
             return None
-        if self.admission is not None and not taken_over:
-            held = self._admit_now(spec)
-            if held is not None:
-                return held
-        started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, taken_over), self._loop).result()
+        started = None
+        for _ in range(_MAX_RECONSIDER):
+            if self.admission is not None and not taken_over:
+                held = self._admit_now(spec)
+                if held is not None:
+                    return held
+            try:
+                started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, taken_over), self._loop).result()
+                break
+            except _Reconsider:
+                continue  # _admit_now skips it now, or waits while it is held back
+        else:
+            raise NotAdmitted(Decision("skip", "not run: held back while other rollouts took every slot", "decided"))
         if started is not None:
             if not taken_over:
                 self.counts["on_demand"] += 1
@@ -423,6 +443,13 @@ class Dispatcher:
         await self._slots.acquire(urgent=True)
         with self._lock:
             future = self._running.get(spec.nodeid)
+        if future is None and not taken_over and self.admission is not None and not self._stopping:
+            # Decided before the slot was free: the rollouts that held it may have spent the budget or decided the
+            # task or the suite meanwhile. Ask again now, with the slot in hand.
+            decision = self.admission.decide(spec)
+            if decision.action != "start":
+                self._slots.release()
+                raise _Reconsider(decision)
         if future is not None or self._stopping or not (taken_over or self._claim(spec)):
             self._slots.release()
             return future
@@ -445,6 +472,10 @@ class Dispatcher:
         try:
             slot = await self.claims.acquire_slot()
             try:
+                refused = self._refused_at_start(spec, slot)
+                if refused is not None:
+                    self._unstart(spec, refused, future)
+                    return
                 try:
                     outcome = await self._rollouts.run(spec)
                 except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
@@ -480,6 +511,28 @@ class Dispatcher:
         if self.admission is not None:  # a held-back trial may start (or be settled) now
             self._finished.set()
             self._wake()
+
+    def _refused_at_start(self, spec: TrialSpec, slot: int | None) -> Decision | None:
+        """Under xdist a run-wide slot may come long after the trial was admitted: while it waited, other
+        workers' rollouts may have spent the budget or decided the task or the suite. Asked again then."""
+        if self.admission is None or slot is None:
+            return None
+        decision = self.admission.decide(spec)
+        return decision if decision.action == "skip" else None
+
+    def _unstart(self, spec: TrialSpec, decision: Decision, future: concurrent.futures.Future[TrialOutcome]) -> None:
+        """A trial refused once its slot came: not run. Its claim is given back (the worker that reports it
+        asks the admission, which refuses it there too); a wait here on it raises ``NotAdmitted``."""
+        self._slots.release()
+        with self._lock:
+            if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:
+                self._running.pop(spec.nodeid, None)
+        self._started.discard(spec.nodeid)
+        self.counts["ran"] -= 1
+        self._guard("the claim board", self.claims.release, spec.nodeid)
+        future.set_exception(NotAdmitted(decision))
+        self._finished.set()
+        self._wake()
 
     def _guard(self, what: str, call: Callable[..., object], *args: object) -> object:
         """``call(*args)``; a failure becomes a reported problem (and None), never a stuck trial."""
