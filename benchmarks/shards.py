@@ -3,10 +3,10 @@
     PYTHONPATH=. .venvs/dev/bin/python benchmarks/shards.py                       # 50,000 rows x 4, 8 shards
     PYTHONPATH=. .venvs/dev/bin/python benchmarks/shards.py --rows 2000 --sizes 500,2000 --shards 3   # quick
 
-No Gym: a stand-in (``--serve``, a small asyncio HTTP server in its own process group) plays the head
-(``/readyz``, ``/server_instances``, ``/global_config_dict_yaml``) and one agent whose ``/run`` answers like
-mcqa, deterministically (the reward depends only on the row and the repeat), and whose
-``/aggregate_metrics`` answers a minimal body. pytest-gym attaches to it with ``--gym-url``.
+No Gym: the tests' stand-in Gym (tests/helpers/standin.py; ``--serve`` runs it in its own process group)
+plays the head (``/readyz``, ``/server_instances``, ``/global_config_dict_yaml``) and one agent whose
+``/run`` answers like mcqa, deterministically (the reward depends only on the row and the repeat), and whose
+``/aggregate_metrics`` answers the mean reward. pytest-gym attaches to it with ``--gym-url``.
 
 1. The suite (ROWS x REPEATS trials) runs as SHARDS shard runs (``--gym-shard I/N``, ``-n 0``, one after
    another: the machine has 2 cores) and once unsharded; time of each.
@@ -26,7 +26,6 @@ Everything it starts is stopped by process group; every wait is bounded.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -88,60 +87,15 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> None:
-    try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            method, path, _ = lines[0].split(" ", 2)
-            length = 0
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value.strip())
-            body = await reader.readexactly(length) if length else b""
-            status, data = route(method, path, body, port)
-            writer.write(
-                f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
-                "Connection: keep-alive\r\n\r\n".encode()
-                + data
-            )
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError, ValueError):
-        pass
-    finally:
-        writer.close()
-
-
-def route(method: str, path: str, body: bytes, port: int) -> tuple[int, bytes]:
-    url = f"http://127.0.0.1:{port}"
-    if path == "/readyz":
-        return 200, b'{"status":"ready"}'
-    if path == "/server_instances":
-        server = {"process_name": AGENT, "server_type": "responses_api_agents", "name": "simple_agent", "url": url}
-        return 200, json.dumps([server]).encode()
-    if path == "/global_config_dict_yaml":
-        return 200, json.dumps(f"{AGENT}:\n  responses_api_agents:\n    simple_agent: {{}}\n").encode()
-    if method == "POST" and path == "/run":
-        return 200, json.dumps(answer(json.loads(body))).encode()
-    if method == "POST" and path == "/aggregate_metrics":
-        responses = json.loads(body).get("verify_responses") or []
-        rewards = [r.get("reward") or 0.0 for r in responses]
-        mean = sum(rewards) / len(rewards) if rewards else 0.0
-        return 200, json.dumps({"agent_metrics": {"mean/reward": mean}, "key_metrics": {"mean/reward": mean}}).encode()
-    return 500, b'{"error":"unknown route"}'
-
-
 def serve(port_file: Path) -> None:
-    async def main() -> None:
-        holder: dict[str, int] = {}
-        server = await asyncio.start_server(lambda r, w: handle(r, w, holder["port"]), "127.0.0.1", 0)
-        holder["port"] = server.sockets[0].getsockname()[1]
-        port_file.write_text(str(holder["port"]))
-        async with server:
-            await server.serve_forever()
+    """The stand-in Gym (tests/helpers/standin.py), its /run answering like mcqa, until killed."""
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.standin import StandinGym, reply
 
-    asyncio.run(main())
+    gym = StandinGym(AGENT, record=False)
+    gym.routes["/run"] = lambda request: reply(answer(request.json()))
+    port_file.write_text(str(gym.port))
+    gym.closed.wait(24 * 3600)  # the benchmark stops the process group long before
 
 
 @contextlib.contextmanager

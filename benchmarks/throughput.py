@@ -23,7 +23,8 @@ trivial parametrized tests, wall time and peak RSS of each process (``os.wait4``
 
 Every command runs as a normal Python does, caching bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped
 from their environment), after one warm-up run. The pytest runs use ``--gym-min-reward 0`` (the
-machinery is measured, not the policy: every trial passes) unless ``--with-failures``, and
+machinery is measured, not the policy: every trial passes) unless ``--with-failures`` or ``--chance P``
+(the policy's seeded stochastic mode: each row answered right with chance P, a model at temperature > 0), and
 ``-p no:hypothesispytest`` (a test dependency of this repo that costs about 0.6 s per process and is
 no part of pytest-gym) unless ``--keep-plugins``.
 
@@ -295,7 +296,7 @@ def run_pytest(
 
 
 def failing(options: argparse.Namespace) -> bool:
-    return bool(options.with_failures or options.half_fail)
+    return bool(options.with_failures or options.half_fail or options.chance < 1.0)
 
 
 def run_floor(
@@ -381,7 +382,7 @@ def throughput(options: argparse.Namespace, endpoint: GymEndpoint, policy: Polic
     print(f"\n== throughput: {options.rows} rows x {options.repeats} repeats = {trials} trials per method ==")
     # Warm Gym up (first calls pay for connection set-up and lazy imports in its servers), and let each tool
     # write its bytecode caches once, as any second run on a machine finds them.
-    policy.set(latency_ms=0)
+    policy.set(latency_ms=0, chance=options.chance, seed=21)
     asyncio.run(_bare(endpoint.route_for(AGENT), bodies[: min(64, trials)], 8))
     warm = work / "warm-up"
     warm.mkdir()
@@ -552,6 +553,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gym-cli", help="the gym executable (default: $PYTEST_GYM_CLI or .venvs/gym/bin/gym)")
     parser.add_argument("--with-failures", action="store_true", help="keep min reward 1: 60%% of trials fail")
     parser.add_argument("--half-fail", action="store_true", help="half of the rows expect another answer: 50%% fail")
+    parser.add_argument(
+        "--chance", type=float, default=1.0, help="the policy answers each row right with this chance (seeded)"
+    )
     parser.add_argument(
         "--before", type=Path, help="a source tree of an earlier pytest-gym: also measure it, interleaved"
     )

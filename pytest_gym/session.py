@@ -35,13 +35,13 @@ from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties, task_trials
-from pytest_gym.core.settings import GymSettings, SettingError, resolve, secret_name
+from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.judge.sequential import run_seed
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
-from pytest_gym.report.junit import postprocess_junit, summary_properties
+from pytest_gym.report.junit import JUnitUnusable, postprocess_junit, summary_properties
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import run_lines, write_section
@@ -119,10 +119,6 @@ class GymSession:
         self._finished = False
         self._sigterm_installed = False
         self._errors = SharedErrorCount(plan.run_dir)
-        for item in settings.env:
-            key, _, value = item.partition("=")
-            if secret_name(key):
-                add_secret(value)
         for name in settings.secret_env:
             add_secret(os.environ.get(name, ""))
         if self.owner:
@@ -456,7 +452,7 @@ class GymSession:
         finally:
             try:
                 if self.owner:
-                    self._step("adding the suite results to the JUnit report", self._postprocess_junit)
+                    self._step("adding the suite results to the JUnit report", self._postprocess_junit, session)
                     if self.verdicts is not None:
                         self._step("exporting the run", self._export, session)
             finally:
@@ -535,11 +531,17 @@ class GymSession:
             self.add_note(note)
         self.run.notes.clear()
 
-    def _postprocess_junit(self) -> None:
+    def _postprocess_junit(self, session: pytest.Session) -> None:
+        """Suite results into the JUnit file; a file that cannot be made valid fails the run (masked as text)."""
         xmlpath = getattr(self.config.option, "xmlpath", None)
         if not xmlpath or not Path(xmlpath).exists():
             return
-        postprocess_junit(Path(xmlpath), summary_properties(self.summary), xsd_strict=True, keep_errors=True)
+        try:
+            postprocess_junit(Path(xmlpath), summary_properties(self.summary), xsd_strict=True, keep_errors=True)
+        except JUnitUnusable as exc:
+            self.add_note(str(exc))
+            if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""
@@ -554,10 +556,10 @@ class GymSession:
         if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
-    def _scrub(self) -> None:
+    def _scrub(self, final: bool = False) -> None:
         """Mask what other processes wrote into the run folder (Gym's log, its outputs, the policy's log)."""
         if self.owner and self.run.run_dir.is_dir():
-            for problem in self._step("masking the run folder", scrub_run_folder, self.run.run_dir) or []:
+            for problem in self._step("masking the run folder", scrub_run_folder, self.run.run_dir, final) or []:
                 self.add_note(problem)
 
     def _stop_gym(self) -> None:
@@ -568,7 +570,7 @@ class GymSession:
             self._step("stopping Gym", self.run.finish)
             self._collect_run_notes()
         finally:
-            self._scrub()  # again: Gym wrote to its log until it stopped
+            self._scrub(final=True)  # again: Gym wrote to its log until it stopped
 
     @pytest.hookimpl(wrapper=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:

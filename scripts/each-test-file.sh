@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run every tests/test_*.py alone (a test that passes only after another file ran hides a bug)
+# Run every test file under tests/ alone (a test that passes only after another file ran hides a bug)
 # and print the files that fail. Extra arguments go to each pytest run (default: -m "not gym").
 # Usage: bash scripts/each-test-file.sh [PYTEST ARGS...]
 #   PYTHON=/path/to/python picks the interpreter (default .venvs/dev/bin/python).
@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venvs/dev/bin/python}
 [ $# -gt 0 ] || set -- -m "not gym"
 failed=()
-for file in tests/test_*.py; do
+mapfile -t files < <(find tests -name 'test_*.py' -not -path 'tests/data/*' | sort)
+for file in "${files[@]}"; do
   log=$(mktemp)
   "$PYTHON" -m pytest -p no:cacheprovider -q "$@" "$file" >"$log" 2>&1
   rc=$?

@@ -7,7 +7,7 @@
 # The main run uses .venvs/dev: Python 3.13 and the newest pytest (the newest supported setup), 2 test
 # processes (TEST_WORKERS=N to change; -p no:xdist or -n 0 after the command for one).
 # The test order is shuffled (pytest-randomly): the seed is printed first; SEED=N repeats an order,
-# -p no:randomly keeps file order.
+# -p no:randomly keeps file order. Each run ends with its 15 slowest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,13 +19,16 @@ done
 echo "test order: ${ORDER[*]:-as in the files}"
 
 # Test processes: the real-Gym tests are mostly Gym starting (CPU), so more workers than cores gain nothing.
-WORKERS=(-n "${TEST_WORKERS:-2}")
+# worksteal: a worker that runs out of tests takes some from the other (a few real-Gym tests take minutes).
+WORKERS=(-n "${TEST_WORKERS:-2}" --dist worksteal)
 for arg in "$@"; do
   [[ $arg == *no:xdist* ]] && WORKERS=()
 done
 
 # run_on NAME VERSION PIP-REQUIREMENTS...: a venv .venvs/NAME with the plugin (editable), its test tools and
-# the given pins, then the tests that need no Gym.
+# the given pins, then the tests that need no Gym: tests/unit (every module on that Python, cheap) and
+# tests/session (the plugin driven through that pytest, where pytest versions differ; most of the time).
+# tests/gym runs on the main setup only: Gym itself runs on its own Python 3.13 whatever runs pytest.
 run_on() {
   local name=$1 version=$2 python venv=.venvs/$1 uv
   shift 2
@@ -35,7 +38,7 @@ run_on() {
   "$uv" pip install -q --python "$venv/bin/python" --upgrade -e '.[test]' "$@" >&2
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra -m "not gym" "${WORKERS[@]}" "${ORDER[@]}"
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym" "${WORKERS[@]}" "${ORDER[@]}"
 }
 
 # The main run below is the newest setup (Python 3.13, the newest pytest); this is the oldest one.
@@ -48,4 +51,4 @@ GYM_CLI=$(bash scripts/setup-dev.sh | tail -n 1)
 export PYTEST_GYM_CLI="$GYM_CLI"
 .venvs/dev/bin/ruff check pytest_gym tests conftest.py benchmarks
 .venvs/dev/bin/mypy
-exec scripts/netns-run .venvs/dev/bin/pytest -p no:cacheprovider -q -ra "${WORKERS[@]}" "${ORDER[@]}" "$@"
+exec scripts/netns-run .venvs/dev/bin/pytest -p no:cacheprovider -q -ra --durations=15 "${WORKERS[@]}" "${ORDER[@]}" "$@"

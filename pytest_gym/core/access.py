@@ -4,6 +4,11 @@
 never passes through the command line, the ini file, the settings written to the run folder or a log.
 The values are read here, once per process (xdist workers inherit the environment), and reach the HTTP
 client as a plain mapping; ``--gym-ca-file`` reaches it as an ``ssl.SSLContext``.
+
+Credentials go only to their origin: the headers are sent to the ``--gym-url`` origin (scheme, host,
+port) and to each ``--gym-header-origin URL``, never to another server Gym's head lists
+(:meth:`GymAccess.headers_for`); an ``https`` head listing an ``http`` server is refused
+(:func:`downgrade_problem`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from pytest_gym.core.masking import register_secret_env
 
@@ -40,18 +46,87 @@ def header_problem(item: str) -> str | None:
     return None
 
 
+Origin = tuple[str, str, int]
+
+
+def origin(url: str) -> Origin | None:
+    """(scheme, host, port) of an http(s) URL, the port made explicit; None for anything else."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return scheme, parts.hostname.lower(), port or (443 if scheme == "https" else 80)
+
+
+def origin_text(value: Origin) -> str:
+    scheme, host, port = value
+    return f"{scheme}://{host}:{port}"
+
+
 @dataclass(frozen=True)
 class GymAccess:
-    """Headers sent with every request to Gym, and the TLS context for ``https`` Gym URLs (None: system trust)."""
+    """Headers sent to Gym, the origins they may go to, and the TLS context for ``https`` Gym URLs (None:
+    system trust)."""
 
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False)
+    #: Where the headers go: the ``--gym-url`` origin and every ``--gym-header-origin``.
+    origins: frozenset[Origin] = frozenset()
+
+    def headers_for(self, url: str) -> Mapping[str, str]:
+        """The headers a request to ``url`` carries: all of them on an allowed origin, else none."""
+        if not self.headers or origin(url) not in self.origins:
+            return {}
+        return self.headers
+
+
+def downgrade_problem(head_url: str, server_url: str) -> str | None:
+    """Why a server the head lists must not be used: an ``https`` head (trusted, maybe with --gym-ca-file)
+    listing an ``http`` server would send rows, answers and headers in clear text. None when it is fine."""
+    head, server = origin(head_url), origin(server_url)
+    if head is None or server is None or head[0] != "https" or server[0] != "http":
+        return None
+    return (
+        f"Gym's head {head_url} (https) lists a server at {server_url} (plain http): pytest-gym does not send "
+        "rows, answers or headers in clear text to a server an https head named; serve it over https (or attach "
+        "to an http head on purpose)"
+    )
+
+
+def header_origins(url: str | None, extra: Sequence[str] = ()) -> frozenset[Origin]:
+    """The origins headers may go to: ``--gym-url``'s and each ``--gym-header-origin``'s; ValueError for an
+    ``--gym-header-origin`` that is not an http(s) URL."""
+    found = set()
+    if url and (own := origin(url)) is not None:
+        found.add(own)
+    for item in extra:
+        named = origin(item)
+        if named is None:
+            raise ValueError(f"pytest-gym: --gym-header-origin {item!r} is not an http(s) URL (scheme://host[:port])")
+        found.add(named)
+    return frozenset(found)
+
+
+def without_header_variables(env: Mapping[str, str], header: Sequence[str], keep: Sequence[str] = ()) -> dict[str, str]:
+    """``env`` without the variables holding ``--gym-header`` values: Gym's processes never need them (they
+    are the proxy's credential, for pytest-gym's own requests); ``keep`` names variables Gym does read."""
+    drop = {item.partition("=")[2].strip() for item in header if "=" in item} - set(keep)
+    return {name: value for name, value in env.items() if name not in drop}
 
 
 def gym_access(
-    header: Sequence[str] = (), ca_file: str | None = None, environ: Mapping[str, str] | None = None
+    header: Sequence[str] = (),
+    ca_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    url: str | None = None,
+    header_origin: Sequence[str] = (),
 ) -> GymAccess:
-    """The headers' values from the environment and the CA bundle loaded; ValueError naming what is wrong.
+    """The headers' values from the environment, the origins they go to (``url``'s and ``header_origin``'s)
+    and the CA bundle loaded; ValueError naming what is wrong.
 
     The error names the variable or the file, never a header's value.
     """
@@ -89,7 +164,7 @@ def gym_access(
             raise ValueError(
                 f"pytest-gym: --gym-ca-file {ca_file} is not a PEM CA bundle ({type(exc).__name__})"
             ) from None
-    return GymAccess(headers, context)
+    return GymAccess(headers, context, header_origins(url, header_origin))
 
 
 def access_hint(text: str) -> str:

@@ -5,15 +5,21 @@ Gym reads it through an ``${oc.env:...}`` interpolation, so it is never on a
 command line. Gym, policies and verifiers may still echo it (or another
 credential) back, and their answers are not ours to trust. So every text that
 leaves the process goes through one pass, :func:`mask_secrets` (for text) or
-:func:`mask_data` (for JSON-like data), which masks:
+:func:`mask_data` (for JSON-like data). What is not a secret is never touched: a row, a prompt, an
+answer is evidence, stored as it came unless it holds a credential. The pass masks:
 
-- the value of ``GYM_POLICY_API_KEY`` and of every secret-named environment variable, also
-  when cut short (any 8-character prefix of one is masked with what follows of it);
-- credentials in a URL's user-info (``scheme://user:***@host``);
-- values of secret-looking keys (api_key, token, secret, password, authorization,
-  credential): in mappings, and in ``key=value``, ``key: value``, ``"key": "value"`` and
-  ``?key=value`` text;
-- ``Bearer``/``Basic`` tokens.
+- known secret values, exactly, wherever they appear: ``GYM_POLICY_API_KEY``'s, ``--gym-secret-env``'s,
+  the ``--gym-header`` variables', and those of secret-named environment variables whose values look
+  like credentials (:func:`credential_like`: not a URL, not a path, not a plain word or number, 8
+  characters or more). One cut short (an excerpt) is masked too: a prefix of 8 characters or more that
+  ends where the text's token ends;
+- credentials in a URL's user-info (``scheme://user:***@host``; a user name alone only when it looks
+  like a token);
+- credential-*shaped* text (:func:`token_like`, :func:`keyed_secret`): ``Bearer``/``Basic`` followed by
+  a token of credential length and alphabet, and values of secret-looking keys (api_key, token, secret,
+  password, authorization, credential, sig) that look like one, in mappings and in ``key=value``,
+  ``key: value``, ``"key": "value"`` and ``?key=value`` text. Prose is not: ``Basic authentication``,
+  ``The secret: the butler did it``, ``Token: a unit of text`` stay as they are.
 
 Text from Gym is also bounded and stripped of control characters
 (:func:`clean_text`) before it reaches a terminal or a report, and Gym's JSON
@@ -23,6 +29,7 @@ recursive walks them.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -33,14 +40,18 @@ POLICY_KEY_ENV = "GYM_POLICY_API_KEY"
 MASK = "***"
 _SECRET_WORD = (
     r"(?:api[_-]?key|apikey|access[_-]?key|private[_-]?key|secret|passw(?:or)?d|passphrase|authorization"
-    r"|credential|token(?!s|iz))"  # not input_tokens, max_tokens, tokenizer: those are counts and names
+    r"|credential|token(?!s|iz)"  # not input_tokens, max_tokens, tokenizer: those are counts and names
+    r"|(?<![a-z])sig(?:nature)?(?![a-z]))"  # a signed URL's sig=, not design or signal
 )
 #: A secret-looking name (of an environment variable, a mapping key, a ``key=value`` key).
 SECRET_NAME = re.compile(_SECRET_WORD, re.IGNORECASE)
+#: The shortest value given as a secret (the policy key, --gym-secret-env, a --gym-header variable) masked.
 _MIN_SECRET = 6
-#: A known secret cut short (an excerpt, a truncated field) still leaks: its prefixes this long are masked too.
+#: The shortest credential-shaped token, and the shortest prefix of a known secret masked as a cut-short copy.
 _FRAGMENT = 8
-_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/=\-]{6,})", re.IGNORECASE)
+#: A known secret cut short ends where the token of the text ends (an excerpt's "...", the end of a line).
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9]")
+_BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/=\-]+)", re.IGNORECASE)
 _URL_USERINFO = re.compile(
     r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^/\s:@?#\"'<>]*)"
     r"(?::(?P<password>[^/\s@?#\"'<>]*))?@"
@@ -51,18 +62,34 @@ _KEY_VALUE = re.compile(
     r"""|(?:(?:Bearer|Basic)\s+)?[^\s,;&"'<>(){}\[\]\\]+)""",
     re.IGNORECASE,
 )
+_SCHEME_PREFIX = re.compile(r"(?:Bearer|Basic)\s+", re.IGNORECASE)
 #: Cheap tests that tell most text needs no regular expression at all.
 #: The "key" words ``SECRET_NAME`` knows, spelled out: a bare "key" is in every Responses object
 #: (``prompt_cache_key``), and a hint that always fires would make every record take the slow path.
 _KEY_WORDS = tuple(f"{word}{sep}key" for word in ("api", "access", "private") for sep in ("_", "-", ""))
-_KEY_HINTS = (*_KEY_WORDS, "secret", "passw", "passphrase", "authorization", "credential", "token")
+#: "sig" only as a key (``sig=``, ``"sig":``): as a bare word it is in design, signal, assign.
+_SIG_HINTS = ("sig=", 'sig"', "sig'", "sig:", "signature")
+_KEY_HINTS = (*_KEY_WORDS, "secret", "passw", "passphrase", "authorization", "credential", "token", *_SIG_HINTS)
 _SCHEME_HINTS = ("bearer", "basic")
 _WORD_HINTS = (*_KEY_WORDS, "secret", "passw", "passphrase", "authorization", "credential", "bearer", "basic")
+_WORD_HINTS += _SIG_HINTS
 #: Values a secret-looking key may keep: numbers, JSON/Python literals, an already masked value, and
 #: placeholders (``token=...``, ``token=VALUE``, ``token=$GITHUB_TOKEN``: a hint, not a credential).
 _PLAIN_VALUE = re.compile(
     r"-?\d{1,9}(?:\.\d+)?|true|false|null|none|\*+|\.{2,}|\u2026|value|\$\{?[A-Za-z_]\w*\}?|", re.IGNORECASE
 )
+#: A path (``/work/x``, ``~/.config``, ``./a``, ``C:\x``, ``keys/sa.json``): where a credential is, not one.
+_PATH = re.compile(r"(?:~|\.{1,2})?/.*|[A-Za-z]:[\\/].*|[\w.-]+(?:/[\w.-]+)+\.[A-Za-z0-9]{1,8}", re.DOTALL)
+#: A plain word, capitalised word, acronym or number: a setting's value (``disabled``, ``Production``, ``3600``).
+_WORD = re.compile(r"[A-Z]?[a-z]{1,15}|[A-Z]{1,15}|\d[\d.]*")
+#: A word of prose, CamelCase included (``authentication``, ``OAuth``, ``JavaScript``).
+_LETTER_WORD = re.compile(r"(?:[A-Z]?[a-z]+)+|[A-Z]+[a-z]*")
+#: Characters that mark a value as machine-made when letters mix with them (not prose's . - _ / @ ! ?).
+_SYMBOLS = frozenset("~+=*#$%&^|`<>{}[]\\")
+#: Visible ASCII: what a credential is written in (no spaces, no other alphabets).
+_VISIBLE = re.compile(r"[!-~]+")
+#: Characters that may end an unquoted value without being part of it (``Token: text.``).
+_TRAILING = ".,:;)"
 #: Characters a terminal or an XML report must not receive: C0/C1 controls but tab and newline, DEL,
 #: bidirectional overrides, and lone surrogates (they crash every UTF-8 encoder).
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -74,6 +101,103 @@ MAX_MESSAGE = 8000
 MAX_DEPTH = 64
 
 
+def credential_like(value: str) -> bool:
+    """Whether a secret-named environment variable's value may be a credential, and so is masked wherever
+    it appears: 8 characters or more without spaces, and not a URL, a path, a plain word or a number.
+
+    ``ACTIONS_ID_TOKEN_REQUEST_URL=https://...`` and ``GOOGLE_APPLICATION_CREDENTIALS=/work/sa.json`` are
+    where a credential is, not one: masking them would cut every ``https://`` and the run folder's path.
+    """
+    return (
+        len(value) >= _FRAGMENT
+        and not any(c.isspace() for c in value)
+        and "://" not in value
+        and not _PATH.fullmatch(value)
+        and not _WORD.fullmatch(value)
+    )
+
+
+def _kinds(text: str) -> int:
+    """How many kinds of characters ``text`` mixes: lower case, upper case (past the first), digits, symbols."""
+    lower = upper = digit = symbol = False
+    for i, c in enumerate(text):
+        if "a" <= c <= "z":
+            lower = True
+        elif "A" <= c <= "Z":
+            upper = upper or i > 0
+        elif "0" <= c <= "9":
+            digit = True
+        elif c in _SYMBOLS:
+            symbol = True
+    return lower + upper + digit + symbol
+
+
+def credential_shaped(value: str, min_length: int = _MIN_SECRET) -> bool:
+    """Whether ``value`` looks like a credential, not prose: long enough, ASCII without spaces, not a URL,
+    a path, a number or a placeholder, not words joined by ``-`` or ``.``, and mixing kinds of characters
+    (letters with digits, case or symbols) unless it is 24 characters or more.
+
+    ``sk-proj-4f9a...``, ``dXNlcjpwYXNz``, ``hunter22`` are; ``authentication``, ``the``, ``HTTP-Auth``,
+    ``/work/run``, ``input_ids`` are not.
+    """
+    if len(value) < min_length or not _VISIBLE.fullmatch(value):
+        return False
+    if "://" in value or _PATH.fullmatch(value) or _PLAIN_VALUE.fullmatch(value) or value.isdigit():
+        return False
+    parts = [part for part in re.split(r"[-.]", value) if part]
+    if parts and all(_LETTER_WORD.fullmatch(part) for part in parts):
+        return False
+    return _kinds(value) >= 2 or len(value) >= 24
+
+
+def token_like(token: str) -> bool:
+    """Whether the text after ``Bearer``/``Basic`` is a credential (``Basic authentication`` is prose)."""
+    return credential_shaped(token, _FRAGMENT)
+
+
+_KEY_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+#: The last word of a key that names a secret itself (``client_secret``, ``access_token``, ``x-api-key``).
+_SECRET_LAST = frozenset(
+    {"apikey", "secret", "secrets", "password", "passwords", "passwd", "passphrase", "authorization", "credential",
+     "credentials", "token", "sig", "signature"}
+)  # fmt: skip
+_KEY_PREFIX = frozenset({"api", "access", "private", "secret"})
+#: Keys that are also words of prose and names of data fields (a tokenizer's "token", a riddle's "secret").
+_PROSE_KEYS = frozenset({"token", "secret", "sig", "signature"})
+
+
+def key_kind(key: str, quoted: bool = False) -> str:
+    """How to judge the value of a secret-looking ``key``: ``"secret"`` when the key names the secret itself
+    (``api_key``, ``client_secret``, ``GITHUB_TOKEN``, ``"password"``), so any value of credential length and
+    alphabet is one; ``"shape"`` when it may name data or be a word of prose (``token``, ``The secret:``,
+    ``Password:`` unquoted in text, ``token_type``, ``password_hint``), so only a credential-shaped value is.
+    ``quoted``: a quoted key in text, or a mapping's key (machine-made, not prose).
+    """
+    words = [w.lower() for w in _KEY_SPLIT.split(key) if w]
+    while words and words[-1].isdigit():
+        words.pop()
+    if not words:
+        return "shape"
+    last = words[-1]
+    if len(words) == 1 and (last in _PROSE_KEYS or not quoted):
+        return "shape"
+    names = last in _SECRET_LAST or (last == "key" and len(words) >= 2 and words[-2] in _KEY_PREFIX)
+    return "secret" if names else "shape"
+
+
+def _judged_secret(value: str, kind: str, after_scheme: bool) -> bool:
+    """Whether the value of a secret-looking key is a credential. Under a key that names the secret
+    (``kind`` "secret": ``api_key``, ``"password"``) one of credential length and alphabet is: 6 visible
+    ASCII characters or more, no spaces (``hunter22``, ``plain-text-key``, not ``a unit of text`` nor
+    ``pw``); under a key that may be prose or name data (``Token:``, ``token_type``) only a
+    credential-shaped one (:func:`credential_shaped`; after ``Bearer``/``Basic``: :func:`token_like`)."""
+    if _PLAIN_VALUE.fullmatch(value) or not value.strip("*"):
+        return False
+    if kind == "secret" and len(value) >= _MIN_SECRET and _VISIBLE.fullmatch(value):
+        return True
+    return token_like(value) if after_scheme else credential_shaped(value)
+
+
 #: Environment variables whose values are secrets whatever their names (``--gym-header NAME=ENVVAR``).
 _SECRET_ENV: set[str] = set()
 
@@ -83,8 +207,8 @@ def register_secret_env(name: str) -> None:
     _SECRET_ENV.add(name)
 
 
-#: Secret values besides the secret-named environment variables: ``--gym-secret-env NAME``'s value and
-#: ``--gym-env KEY=VALUE``'s of a secret-looking KEY (every process registers them from its settings).
+#: Secret values besides the secret-named environment variables: ``--gym-secret-env NAME``'s value
+#: (every process registers them from its settings).
 _EXTRA_SECRETS: set[str] = set()
 
 
@@ -107,8 +231,14 @@ def _secret_named(name: str) -> bool:
     return named or name in _SECRET_ENV
 
 
+def _given_as_secret(name: str) -> bool:
+    """The policy key and the --gym-header variables: secrets whatever their values look like."""
+    return name == POLICY_KEY_ENV or name in _SECRET_ENV
+
+
 def known_secrets() -> list[str]:
-    """Values that must never appear: the policy key and other secret-named env vars, longest first.
+    """Values that must never appear, longest first: the policy key, the ``--gym-header`` variables', the
+    ``--gym-secret-env`` values, and secret-named environment variables' that look like credentials.
 
     Called for every trial, so it reads only the values of secret-named variables and sorts only when
     they (or the registered secrets) changed: a CI environment has a hundred variables or more.
@@ -120,10 +250,23 @@ def known_secrets() -> list[str]:
     last = _LAST_SECRETS
     if last is not None and last[0] == basis:
         return list(last[1])
-    values = {value for _, value in named if len(value) >= _MIN_SECRET} | _EXTRA_SECRETS
+    values = {
+        value
+        for name, value in named
+        if (len(value) >= _MIN_SECRET and _given_as_secret(name)) or credential_like(value)
+    } | _EXTRA_SECRETS
     secrets = sorted(values, key=len, reverse=True)
     _LAST_SECRETS = (basis, secrets)
     return list(secrets)
+
+
+@functools.lru_cache(maxsize=8)
+def _cut_and_heads(secrets: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the credential words of ``secrets``, longest first; the first characters of each secret and word):
+    computed once per set of secrets, not per ``Masker`` (one is made for each message)."""
+    words = {word for secret in secrets for word in secret.split() if credential_like(word)}
+    cut = sorted(words, key=len, reverse=True)
+    return cut, sorted({s[:_FRAGMENT] for s in secrets} | {w[:_FRAGMENT] for w in cut})
 
 
 class Masker:
@@ -136,7 +279,9 @@ class Masker:
     def __init__(self, secrets: list[str] | None = None, same_length: bool = False) -> None:
         self.secrets = known_secrets() if secrets is None else secrets
         self.same_length = same_length
-        self._heads = [secret[:_FRAGMENT] for secret in self.secrets]
+        #: The credentials among (the words of) the secrets: only these are also masked when cut short. A
+        #: secret URL's or path's prefix ("https://", "/work/pr") is no secret.
+        self._cut, self._heads = _cut_and_heads(tuple(self.secrets))
 
     def suspicious(self, text: str) -> bool:
         """Whether ``text`` may hold anything to mask: a few substring tests, so that the usual text
@@ -160,17 +305,40 @@ class Masker:
         if not self.suspicious(text):
             return text
         for secret in self.secrets:
-            text = self._fragments(text, secret)
+            if secret in text:
+                text = text.replace(secret, self._mask(secret))
+        for word in self._cut:
+            text = self._fragments(text, word)
         if "://" in text:
             text = _URL_USERINFO.sub(self._userinfo, text)
         lower = text.lower()
         if any(hint in lower for hint in _KEY_HINTS):
             text = _KEY_VALUE.sub(self._key_value, text)
         if any(hint in lower for hint in _SCHEME_HINTS):
-            text = _BEARER.sub(lambda m: m.group("scheme") + m.group("space") + self._mask(m.group("token")), text)
+            text = _BEARER.sub(self._bearer, text)
+        return text
+
+    def evidence(self, text: str) -> str:
+        """``text`` as evidence (a recorded prompt or answer that will be replayed): only known secret values
+        (whole or cut short), a URL's password, and a ``Bearer``/``Basic`` token that looks like a credential are
+        masked. The prose rules (``password: ...``, ``token=...``) are not applied: a model's answer that merely
+        looks like it holds a credential is kept byte for byte, so what is replayed is what was recorded."""
+        if not self.suspicious(text):
+            return text
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, self._mask(secret))
+        for word in self._cut:
+            text = self._fragments(text, word)
+        if "://" in text:
+            text = _URL_USERINFO.sub(self._userinfo, text)
+        if any(hint in text.lower() for hint in _SCHEME_HINTS):
+            text = _BEARER.sub(self._bearer, text)
         return text
 
     def _fragments(self, text: str, secret: str) -> str:
+        """``text`` with each cut-short copy of ``secret`` masked: 8 of its first characters or more, ending
+        where the text's token ends (``sk-proj-4f...``, the end of a line), not inside a longer word."""
         head = secret[:_FRAGMENT]
         if head not in text:
             return text
@@ -179,7 +347,10 @@ class Masker:
             end, matched = found + len(head), len(head)
             while matched < len(secret) and end < len(text) and text[end] == secret[matched]:
                 end, matched = end + 1, matched + 1
-            parts += [text[start:found], self._mask(text[found:end])]
+            if matched < len(secret) and end < len(text) and _TOKEN_CHAR.match(text[end]):
+                parts.append(text[start:end])  # another word that starts like the secret
+            else:
+                parts += [text[start:found], self._mask(text[found:end])]
             start = end
         parts.append(text[start:])
         return "".join(parts)
@@ -187,38 +358,65 @@ class Masker:
     def _userinfo(self, match: re.Match[str]) -> str:
         user, password = match.group("user"), match.group("password")
         if password is not None:
-            return f"{match.group('scheme')}{user}:{self._mask(password) if password else ''}@"
-        return f"{match.group('scheme')}{self._mask(user) if user else ''}@"  # a token as the user name
+            masked = self._mask(password) if password and password.strip("*") else password
+            return f"{match.group('scheme')}{user}:{masked}@"
+        if credential_shaped(user, _FRAGMENT):  # a token as the user name (not git@, not a login)
+            return f"{match.group('scheme')}{self._mask(user)}@"
+        return match.group(0)
+
+    def _bearer(self, match: re.Match[str]) -> str:
+        token = match.group("token")
+        if not token_like(token):
+            return match.group(0)
+        return match.group("scheme") + match.group("space") + self._mask(token)
 
     def _key_value(self, match: re.Match[str]) -> str:
         value = match.group("value")
         quote = value[0] if value[:1] in ("'", '"') else ""
         inner = value[1:-1] if quote else value
-        scheme = re.match(r"(?:Bearer|Basic)\s+", inner, re.IGNORECASE)
+        scheme = _SCHEME_PREFIX.match(inner)
         prefix = scheme.group(0) if scheme else ""
         secret = inner[len(prefix) :]
-        if _PLAIN_VALUE.fullmatch(secret) or _PLAIN_VALUE.fullmatch(secret.rstrip(".:")) or secret.startswith("${"):
+        core = secret if quote else secret.rstrip(_TRAILING)
+        if _PLAIN_VALUE.fullmatch(core) or core.startswith("${") or not core.strip("*"):
+            return match.group(0)
+        key = match.group("key")
+        if match.start() > 0 and match.string[match.start() - 1] in "?&":
+            pass  # a URL's query (``?sig=...&token=...``) is no prose: any value there is the credential
+        elif not _judged_secret(core, key_kind(key, quoted=bool(match.group("q"))), bool(prefix)):
             return match.group(0)
         head = match.group(0)[: match.start("value") - match.start()]
-        return f"{head}{quote}{prefix}{self._mask(secret)}{quote}"
+        return f"{head}{quote}{prefix}{self._mask(core)}{secret[len(core) :]}{quote}"
 
-    def data(self, data: Any, depth: int = 0) -> Any:
-        """A copy with every string masked, and everything under a secret-named key masked whole."""
+    def _value(self, value: str, kind: str) -> str:
+        """A string under a secret-named key, masked as :func:`key_kind` and :func:`_judged_secret` say (after
+        ``Bearer``/``Basic``: the token); anything else is text like any other."""
+        if not value or _PLAIN_VALUE.fullmatch(value) or value.startswith("${"):
+            return value
+        scheme = _SCHEME_PREFIX.match(value)
+        rest = value[scheme.end() :] if scheme else value
+        if _judged_secret(rest, kind, scheme is not None):
+            return (scheme.group(0) if scheme else "") + self._mask(rest)
+        return self.text(value)
+
+    def data(self, data: Any, depth: int = 0, kind: str | None = None) -> Any:
+        """A copy with every string masked, and the values under secret-named keys as :func:`key_kind` says
+        (``kind``: that of the nearest secret-named key above, whose rule holds for everything under it)."""
         if depth > MAX_DEPTH:
             return "<nested too deep>"
         if isinstance(data, str):
-            return self.text(data)
+            return self.text(data) if kind is None else self._value(data, kind)
         if isinstance(data, Mapping):
             out: dict[Any, Any] = {}
             for key, value in data.items():
                 name = self.text(key) if isinstance(key, str) else key
-                if isinstance(key, str) and SECRET_NAME.search(key):
-                    out[name] = self._all(value, depth + 1)
-                else:
-                    out[name] = self.data(value, depth + 1)
+                inner = kind
+                if kind != "secret" and isinstance(key, str) and SECRET_NAME.search(key):
+                    inner = key_kind(key, quoted=True)
+                out[name] = self.data(value, depth + 1, inner)
             return out
         if isinstance(data, (list, tuple)):
-            return [self.data(item, depth + 1) for item in data]
+            return [self.data(item, depth + 1, kind) for item in data]
         return data
 
     def record(self, data: Any) -> tuple[Any, str | None]:
@@ -232,18 +430,6 @@ class Masker:
         if not self.suspicious(text):
             return data, text
         return self.data(data), None
-
-    def _all(self, data: Any, depth: int) -> Any:
-        """Under a secret-named key: every string masked (numbers, booleans and null say nothing)."""
-        if depth > MAX_DEPTH:
-            return "<nested too deep>"
-        if isinstance(data, str):
-            return self._mask(data) if data else data
-        if isinstance(data, Mapping):
-            return {key: self._all(value, depth + 1) for key, value in data.items()}
-        if isinstance(data, (list, tuple)):
-            return [self._all(item, depth + 1) for item in data]
-        return data
 
 
 def mask_secrets(text: str) -> str:

@@ -172,7 +172,10 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("update_baseline", "write this run's results to --gym-baseline (atomically)", "flag"),
     Spec(
-        "max_regression", "a significant drop of mean reward larger than this fails the run (default 0.0)", "float", "X"
+        "max_regression",
+        "a drop of mean reward shown larger than this (one-sided p < 0.05) fails the run (default 0.0)",
+        "float",
+        "X",
     ),
     Spec("export", "exporter to run at the end (summary, mlflow, github, or a plugin's); repeatable", "list", "NAME"),
     Spec(
@@ -237,10 +240,17 @@ SPECS: tuple[Spec, ...] = (
     # -- a Gym on another host (issue 15) --
     Spec(
         "header",
-        "HTTP header NAME sent with every request to Gym (head and servers), its value read from environment "
-        "variable ENVVAR (e.g. Authorization=GYM_AUTH); repeatable",
+        "HTTP header NAME sent with every request to the --gym-url origin (and each --gym-header-origin), its "
+        "value read from environment variable ENVVAR (e.g. Authorization=GYM_AUTH); repeatable",
         "list",
         "NAME=ENVVAR",
+    ),
+    Spec(
+        "header_origin",
+        "another origin (scheme://host:port) that gets the --gym-header headers, e.g. a Gym server the head "
+        "lists elsewhere; repeatable (default: only the --gym-url origin)",
+        "list",
+        "URL",
     ),
     Spec(
         "ca_file", "trust this CA bundle (PEM) for https Gym URLs (default: the system's)", metavar="PATH", is_path=True
@@ -251,8 +261,8 @@ SPECS: tuple[Spec, ...] = (
 SPECS += (
     Spec(
         "env",
-        "environment variable KEY=VALUE for the gym processes; values of secret-looking keys are masked "
-        "everywhere; repeatable",
+        "environment variable KEY=VALUE for the gym processes (a secret-looking KEY is refused: pass its "
+        "value by name with --gym-secret-env); repeatable",
         "list",
         "KEY=VALUE",
     ),

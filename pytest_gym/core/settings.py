@@ -17,8 +17,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from pytest_gym.core.access import HOW_TO_PASS_HEADERS, GymAccess, gym_access, header_problem
-from pytest_gym.core.masking import POLICY_KEY_ENV
+from pytest_gym.core.access import HOW_TO_PASS_HEADERS, GymAccess, gym_access, header_problem, origin
+from pytest_gym.core.masking import POLICY_KEY_ENV, mask_secrets
 from pytest_gym.core.options import SPECS, Spec
 from pytest_gym.core.taskrule import TaskRuleError, parse_task_rule
 
@@ -91,6 +91,7 @@ class GymSettings(BaseModel):
     merge_allow_missing: bool = False
     # -- a Gym on another host (issue 15): header values come from the environment (core.access)
     header: tuple[str, ...] = Field((), description="NAME=ENVVAR")
+    header_origin: tuple[str, ...] = ()
     ca_file: str | None = None
     # -- affordable runs (issue 22): budgets, adaptive repeats, sequential gates
     max_cost: float | None = Field(None, ge=0.0, allow_inf_nan=False)
@@ -105,7 +106,28 @@ class GymSettings(BaseModel):
 
     def access(self) -> GymAccess:
         """The headers (values from the environment) and TLS trust for talking to Gym; ValueError if unusable."""
-        return gym_access(self.header, self.ca_file)
+        return gym_access(self.header, self.ca_file, url=self.url, header_origin=self.header_origin)
+
+    @field_validator("url")
+    @classmethod
+    def _head_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.query or parts.fragment or value.rstrip().endswith(("?", "#")):
+                raise ValueError(
+                    "holds a query string or fragment: pytest-gym appends Gym's routes (/server_instances, /run) "
+                    "to the URL, so give scheme://host:port[/path] only (a proxy's credential goes in "
+                    "--gym-header NAME=ENVVAR)"
+                )
+        return value
+
+    @field_validator("header_origin")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if origin(item) is None:
+                raise ValueError(f"{item!r} is not an http(s) URL (scheme://host[:port])")
+        return value
 
     @field_validator("model_url")
     @classmethod
@@ -167,6 +189,11 @@ HOW_TO_PASS_KEYS = (
     f"(Gym reads it through env.yaml's ${{oc.env:{POLICY_KEY_ENV}}}) and give the URL without it; for another "
     "Gym setting, write --gym-set KEY='${oc.env:VARIABLE}' so Gym reads it from the environment"
 )
+HOW_TO_PASS_ENV = (
+    "a secret is never taken from the command line or the ini file, where it would reach pytest_gym_run.json "
+    "and the logs: export it in pytest's environment and pass it to Gym by name with --gym-secret-env NAME "
+    "(its value is masked everywhere and written nowhere)"
+)
 _SECRET_WORDS = frozenset(
     {"token", "secret", "secrets", "password", "passwd", "pwd", "authorization", "auth", "credential", "credentials",
      "apikey", "sig", "signature"}
@@ -220,6 +247,23 @@ def set_credentials(item: str) -> str | None:
     return None
 
 
+#: ``--gym-env`` values a secret-looking key may have: a switch or a number, nothing to hide.
+_PLAIN_ENV = re.compile(r"|\d+|true|false|yes|no|on|off|none|null", re.IGNORECASE)
+
+
+def env_credentials(item: str) -> str | None:
+    """What makes a ``--gym-env KEY=VALUE`` carry a credential (a secret-looking KEY with a value that may
+    be one); None when nothing does. A URL without credentials, a path, a number or a switch is fine."""
+    key, _, value = item.partition("=")
+    value = value.strip()
+    if not secret_name(key) or _PLAIN_ENV.fullmatch(value) or value.startswith(("/", "~/", "./", "../")):
+        return None
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", value):
+        problem = url_credentials(value)
+        return f"a URL in {key!r} with {problem}" if problem else None
+    return f"secret-looking key {key!r}"
+
+
 class SettingError(ValueError):
     """A bad setting value, naming the setting and where it came from."""
 
@@ -271,11 +315,15 @@ def resolve(
             raw = _split_list(raw)
         problem = _credentials(spec.name, raw)
         if problem:  # said without the value: it is a secret
-            how = HOW_TO_PASS_HEADERS if spec.name == "header" else HOW_TO_PASS_KEYS
+            how = {"header": HOW_TO_PASS_HEADERS, "url": HOW_TO_PASS_HEADERS, "env": HOW_TO_PASS_ENV}.get(
+                spec.name, HOW_TO_PASS_KEYS
+            )
             raise SettingError(f"pytest-gym: {spec.flag} from {_where(source, spec)} holds a credential "
                                f"({problem}); {how}")  # fmt: skip
         if spec.name == "config":
             raw = tuple(gym_config_path(v, base) for v in raw)
+        elif spec.name == "cli" and ("/" in raw or os.sep in raw):
+            raw = str(resolve_path(raw, base))  # a path (not a name looked up on PATH): from where it was given
         elif spec.is_path and raw != "auto":
             raw = (
                 tuple(str(resolve_path(v, base)) for v in raw) if spec.kind == "list" else str(resolve_path(raw, base))
@@ -286,15 +334,18 @@ def resolve(
             values[spec.name] = _validate_one(spec.name, raw)
         except ValidationError as exc:
             reason = "; ".join(err["msg"] for err in exc.errors())
+            shown = mask_secrets(repr(raw))  # a query string may hold what no name says is secret
             raise SettingError(
-                f"pytest-gym: invalid value {raw!r} for {spec.name} from {_where(source, spec)}: {reason}"
+                f"pytest-gym: invalid value {shown} for {spec.name} from {_where(source, spec)}: {reason}"
             ) from None
     return GymSettings(**values)
 
 
 def _credentials(name: str, raw: Any) -> str | None:
-    if name == "model_url" and isinstance(raw, str):
+    if name in ("model_url", "url") and isinstance(raw, str):
         return url_credentials(raw)
+    if name == "env":
+        return next((p for p in (env_credentials(str(item)) for item in raw) if p), None)
     if name in ("set", "hydra"):
         return next((p for p in (set_credentials(str(item)) for item in raw) if p), None)
     if name == "header":

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.core.access import GymAccess
+from pytest_gym.core.access import GymAccess, without_header_variables
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.locks import locked
@@ -37,6 +37,8 @@ from pytest_gym.process.groups import (
 from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK, GYM_LOG, STATE_FILE
 from pytest_gym.standins.launch import start_model_recorder, start_policy
 
+#: Starts of Gym when one fails because a port it picked was taken meanwhile (a race, see start_deployment).
+START_ATTEMPTS = 3
 ENV_YAML = f"policy_api_key: ${{oc.env:{POLICY_KEY_ENV},pytest-gym-no-key}}\n"
 
 
@@ -55,11 +57,13 @@ def gym_environment(settings: GymSettings | None = None) -> dict[str, str]:
     """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log.
 
     Plus ``--gym-env KEY=VALUE``; each ``--gym-secret-env NAME`` must be set here (it is passed by name).
+    Without the ``--gym-header`` variables: the proxy's credential is for pytest-gym's own requests.
     """
     env = dict(os.environ)
     if not env.get("COLUMNS", "").isdigit() or int(env["COLUMNS"]) < 200:
         env["COLUMNS"] = "200"
     if settings is not None:
+        env = without_header_variables(env, settings.header, keep=(POLICY_KEY_ENV, *settings.secret_env))
         missing = [name for name in settings.secret_env if name not in env]
         if missing:
             raise GymError(
@@ -78,6 +82,24 @@ def env_note(settings: GymSettings) -> str | None:
         return None
     parts = [mask_secrets(item) for item in settings.env] + [f"{name}=(passed through)" for name in settings.secret_env]
     return "pytest-gym: environment: " + " ".join(parts)
+
+
+def _log_size(log_path: Path) -> int:
+    try:
+        return log_path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _port_taken(log_path: Path, offset: int, max_bytes: int = 4 * 1024 * 1024) -> bool:
+    """Whether the log written since ``offset`` says a server could not bind: address already in use."""
+    try:
+        with log_path.open("rb") as fh:
+            fh.seek(offset)
+            text = fh.read(max_bytes).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return "address already in use" in text.lower()
 
 
 def _start_log(log_path: Path) -> str:
@@ -103,7 +125,11 @@ def wait_ready(
             )
         try:
             status, _ = fetch(
-                "GET", f"{head_url}/readyz", timeout=2.0, headers=access.headers, ssl_context=access.ssl_context
+                "GET",
+                f"{head_url}/readyz",
+                timeout=2.0,
+                headers=access.headers_for(head_url),
+                ssl_context=access.ssl_context,
             )
             if status == 200:
                 return
@@ -149,29 +175,45 @@ def start_deployment(
                 "no policy model: pass --gym-model-url URL (and --gym-model NAME; key in $GYM_POLICY_API_KEY) "
                 "or --gym-policy scripted for the built-in deterministic policy"
             )
-        head_port = free_port()
         (run_dir / "env.yaml").write_text(ENV_YAML, encoding="utf-8")
         log_path = run_dir / GYM_LOG
-        command = gym_command(settings, gym_cli, policy_url, head_port, run_dir)
         gym_env = gym_environment(settings)
-        with log_path.open("a", encoding="utf-8") as log:
-            log.write("pytest-gym: " + shlex.join(command) + "\n")
-            note = env_note(settings)
-            if note:
-                log.write(note + "\n")
-        try:
-            gym = spawn_supervised(
-                "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=gym_env
-            )
-        except OSError as exc:
-            raise GymError(f"Gym did not start: {exc}") from None
-        started.gym_pid = gym.pid
-        started.supervised.insert(0, asdict(gym))
-        head_url = f"http://127.0.0.1:{head_port}"
-        gym_proc = supervisor_popen(gym)
-        assert gym_proc is not None
-        # The supervisor exits with Gym's code when Gym exits by itself.
-        wait_ready(head_url, gym_proc, settings.startup_timeout, log_path, access)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            head_port = free_port()
+            command = gym_command(settings, gym_cli, policy_url, head_port, run_dir)
+            offset = _log_size(log_path)
+            with log_path.open("a", encoding="utf-8") as log:
+                log.write("pytest-gym: " + shlex.join(command) + "\n")
+                note = env_note(settings)
+                if note:
+                    log.write(note + "\n")
+            try:
+                gym = spawn_supervised(
+                    "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=gym_env
+                )
+            except OSError as exc:
+                raise GymError(f"Gym did not start: {exc}") from None
+            started.gym_pid = gym.pid
+            started.supervised.insert(0, asdict(gym))
+            head_url = f"http://127.0.0.1:{head_port}"
+            gym_proc = supervisor_popen(gym)
+            assert gym_proc is not None
+            try:
+                # The supervisor exits with Gym's code when Gym exits by itself.
+                wait_ready(head_url, gym_proc, settings.startup_timeout, log_path, access)
+                break
+            except GymError:
+                if attempt == START_ATTEMPTS or gym_proc.poll() is None or not _port_taken(log_path, offset):
+                    raise
+            # Gym picks its servers' ports at random (10001-20000), where Ray's workers also bind: a port
+            # taken between its pick and its bind is a race, not a fault of the setup. Start again.
+            stop_supervised([Supervised(**started.supervised.pop(0))])
+            started.gym_pid = None
+            with log_path.open("a", encoding="utf-8") as log:
+                log.write(
+                    f"pytest-gym: a port Gym picked was taken before its server bound it; starting Gym again "
+                    f"(attempt {attempt + 1} of {START_ATTEMPTS})\n"
+                )
         endpoint = discover(head_url, access=access)
         endpoint.log_path = str(log_path)
         endpoint.policy_url = policy_url

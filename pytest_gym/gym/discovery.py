@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pytest_gym.core.access import GymAccess, access_hint
+from pytest_gym.core.access import GymAccess, access_hint, downgrade_problem
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.masking import clean_text, strip_control
 from pytest_gym.core.numbers import is_int
@@ -106,10 +106,15 @@ def discover(head_url: str, timeout: float = 10.0, access: GymAccess | None = No
 
     def get_json(route: str) -> Any:
         status, data = fetch(
-            "GET", f"{head_url}/{route}", timeout=timeout, headers=access.headers, ssl_context=access.ssl_context
+            "GET",
+            f"{head_url}/{route}",
+            timeout=timeout,
+            headers=access.headers_for(head_url),
+            ssl_context=access.ssl_context,
         )
-        if status >= 400:
-            raise FetchError(f"HTTP {status} from {head_url}/{route}")
+        if status >= 300:
+            redirect = " (a redirect, which pytest-gym does not follow)" if status < 400 else ""
+            raise FetchError(f"HTTP {status} from {head_url}/{route}{redirect}")
         return json.loads(data)
 
     try:
@@ -118,6 +123,10 @@ def discover(head_url: str, timeout: float = 10.0, access: GymAccess | None = No
     except (FetchError, ValueError, RecursionError) as exc:
         raise GymError(clean_text(f"cannot read Gym's servers from {head_url}: {exc}{access_hint(str(exc))}")) from None
     servers = parse_server_instances(instances, head_url)
+    for server in servers:
+        problem = downgrade_problem(head_url, server.url)
+        if problem:
+            raise GymError(clean_text(problem, 2000))
     if not isinstance(config_text, str):
         raise GymError(
             f"Gym's {head_url}/global_config_dict_yaml is a JSON {type(config_text).__name__}, not the string of "

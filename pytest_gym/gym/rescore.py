@@ -23,7 +23,7 @@ from typing import Any
 from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
-from pytest_gym.core.masking import clean_text, mask_secrets
+from pytest_gym.core.masking import Masker, clean_text, mask_secrets
 from pytest_gym.core.numbers import is_finite_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, usage_of
 from pytest_gym.judge.paired import Rule, task_passes
@@ -39,6 +39,7 @@ from pytest_gym.runfolder.records import (
     stamps,
     trial_key,
 )
+from pytest_gym.runfolder.rollouts import encode_record
 
 RESOURCES_TYPE = "resources_servers"
 #: Keys of a rollout that the verifier needs besides the request (Gym's reverify copies the same two).
@@ -101,7 +102,9 @@ def agent_resources_servers(config: Any) -> dict[str, str]:
 
 def _get_json(url: str, timeout: float, access: GymAccess) -> Any:
     try:
-        status, data = fetch("GET", url, timeout=timeout, headers=access.headers, ssl_context=access.ssl_context)
+        status, data = fetch(
+            "GET", url, timeout=timeout, headers=access.headers_for(url), ssl_context=access.ssl_context
+        )
     except FetchError as exc:
         raise GymError(f"cannot reach {url}: {exc}{access_hint(str(exc))}") from None
     if status >= 400:
@@ -211,7 +214,12 @@ def rescore(
         body = json.dumps(verify_payload(request, record), ensure_ascii=False)
         try:
             status, data = fetch(
-                "POST", url, body.encode(), timeout=timeout, headers=access.headers, ssl_context=access.ssl_context
+                "POST",
+                url,
+                body.encode(),
+                timeout=timeout,
+                headers=access.headers_for(url),
+                ssl_context=access.ssl_context,
             )
         except FetchError as exc:
             result.error = f"cannot reach {url}: {exc}{access_hint(str(exc))}"
@@ -235,8 +243,8 @@ def rescore(
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         done = list(pool.map(one, routed))
     if output is not None:
-        lines = [json.dumps(line, ensure_ascii=False) for _, line in done]
-        write_atomically(run_dir / output, mask_secrets("".join(f"{x}\n" for x in lines)).encode(), fsync=False)
+        masker = Masker()  # as data, line by line, like the rollouts: a line always stays a record
+        write_atomically(run_dir / output, b"".join(encode_record(masker, line) for _, line in done), fsync=False)
     return RescoreResult(results=[r for r, _ in done], servers=agents, modes=modes, skipped=skipped)
 
 

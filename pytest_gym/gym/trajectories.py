@@ -115,8 +115,9 @@ class Finalizer:
     ends by itself when this process goes away (its stdin closes).
     """
 
-    def __init__(self, python: Path, folder: Path, cwd: Path) -> None:
+    def __init__(self, python: Path, folder: Path, cwd: Path, env: Mapping[str, str] | None = None) -> None:
         self.python = python
+        self.env = None if env is None else dict(env)
         self.folder = folder
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
@@ -126,6 +127,7 @@ class Finalizer:
         self.proc = subprocess.Popen(
             [str(self.python), "-c", _HELPER, str(self.folder)],
             cwd=self.cwd,  # Gym's imports may write into the working folder: the run folder's, not the user's
+            env=self.env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,14 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, f
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.locks import locked
-from pytest_gym.judge.paired import PairedTest, Rule, paired_test, passes_by_count
+from pytest_gym.judge.paired import ALPHA, PairedTest, Rule, flip, min_pairs, paired_test, passes_by_count
 from pytest_gym.judge.stats import SuiteStats
 
 SCHEMA_VERSION = 2
 #: Versions this pytest-gym reads: 1 (one unnamed suite), 2 (suites by name).
 READABLE_VERSIONS = (1, 2)
-#: A drop counts as real below this one-sided p-value (``PairedTest.significant_drop``).
-ALPHA = 0.05
 _HEX = frozenset("0123456789abcdef")
 _SHOW = 5
 
@@ -61,6 +59,8 @@ class TaskRecord(_Strict):
     passed: bool
     errors: int = Field(default=0, ge=0)
     line: int | None = Field(default=None, ge=1)
+    #: Each trial's reward in trial order (errored trials left out); None in files written before it was kept.
+    rewards: list[float] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskRecord:
@@ -68,6 +68,8 @@ class TaskRecord(_Strict):
             raise ValueError(f"successes ({self.successes}) exceeds n ({self.n})")
         if (self.mean_reward is None) != (self.n == 0):
             raise ValueError("mean_reward must be null exactly when n is 0")
+        if self.rewards is not None and len(self.rewards) != self.n:
+            raise ValueError(f"rewards holds {len(self.rewards)} values for n = {self.n} trials")
         return self
 
 
@@ -143,7 +145,11 @@ def baseline_from(
     efficiency: Mapping[str, float | None] | None = None,
 ) -> Baseline:
     """Snapshot a finished run; ``lines`` maps task hash to its dataset line, for messages only;
-    ``efficiency`` is what its trials cost (``judge.efficiency.figures``)."""
+    ``efficiency`` is what its trials cost (``judge.efficiency.figures``).
+
+    Each task keeps its rewards in trial order (``stats.rewards``), so a later run with other repeats
+    is compared on the trials both have.
+    """
     tasks = {
         h: TaskRecord(
             n=ts.n,
@@ -152,6 +158,7 @@ def baseline_from(
             passed=ts.passed,
             errors=ts.errors,
             line=lines.get(h),
+            rewards=list(stats.rewards.get(h, ())),
         )
         for h, ts in stats.per_task.items()
     }
@@ -271,9 +278,13 @@ class Comparison:
     """How the current run differs from the baseline, task by task and on average.
 
     Task lists are ordered by the baseline's dataset line, then hash. A task whose current
-    trials all errored has no verdict and is in neither ``new_failures`` nor ``fixed``.
+    trials all errored has no verdict and is in no list of flips. ``new_failures``/``fixed`` are
+    *stable* flips (every baseline trial passed and every current one fails, or the reverse);
+    ``flaky_failures``/``flaky_fixes`` are the other flips of the task-pass rule, not counted.
     ``lines`` is each task's dataset line (this run's, else the baseline's); ``deltas`` each
-    shared task's change of mean reward.
+    compared task's change of mean reward over its compared trials (``trials_compared``: how many,
+    the first min(baseline's, current's) of each). ``no_evidence`` says why the paired test could not
+    show a drop (too few shared tasks), and then the check fails; ``notes`` qualify the flips.
     """
 
     new_failures: list[str]
@@ -286,6 +297,12 @@ class Comparison:
     lines: dict[str, int] = field(default_factory=dict)
     deltas: dict[str, float] = field(default_factory=dict)
     alpha: float = ALPHA
+    flaky_failures: list[str] = field(default_factory=list)
+    flaky_fixes: list[str] = field(default_factory=list)
+    trials_compared: dict[str, int] = field(default_factory=dict)
+    compared: str = ""
+    no_evidence: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def significant_drop(self) -> bool:
@@ -294,9 +311,14 @@ class Comparison:
 
     @property
     def regressed(self) -> bool:
-        """A drop that is both real (``p_drop < alpha``) and larger than allowed (``mean_delta < -max_regression``)."""
-        delta = self.paired.mean_delta
-        return self.significant_drop and delta is not None and delta < -self.max_regression
+        """A drop larger than ``max_regression`` is shown: the test of "drop > max_regression" rejects
+        (``p_beyond < alpha``, equivalently ``ci_high < -max_regression``)."""
+        return self.no_evidence is None and self.paired.beyond_tolerance(self.alpha)
+
+    @property
+    def passed(self) -> bool:
+        """The baseline check passes: the evidence suffices and shows no regression."""
+        return self.no_evidence is None and not self.regressed
 
     def label(self, task_hash: str) -> str:
         return task_label(task_hash, self.lines.get(task_hash))
@@ -310,6 +332,18 @@ class Comparison:
     def named(self, hashes: list[str]) -> list[dict[str, Any]]:
         """The tasks as JSON: short hash and dataset line."""
         return [{"hash": h[:12], "line": self.lines.get(h)} for h in hashes]
+
+    def summary(self) -> str:
+        """The test's result in one line: the change, its one-sided bounds, the p-values and what was compared."""
+        p = self.paired
+        if p.mean_delta is None:
+            return f"no evidence: {self.no_evidence}" if self.no_evidence else "no shared tasks"
+        beyond = f", p(drop > {self.max_regression:g}) {p.p_beyond:.3g}" if self.max_regression > 0 else ""
+        text = (
+            f"delta {p.mean_delta:+.3f} over {p.n_shared} shared tasks (one-sided 95% bounds "
+            f"{p.ci_low:+.3f}..{p.ci_high:+.3f}, p(drop) {p.p_drop:.3g}{beyond}; {p.method}); {self.compared}"
+        )
+        return f"{text}; no evidence: {self.no_evidence}" if self.no_evidence else text
 
 
 def _json_normal(value: Any) -> Any:
@@ -329,6 +363,28 @@ def _settings_mismatch(stored: Mapping[str, Any], current: Mapping[str, Any]) ->
     return [k for k in sorted(set(stored) | set(current)) if read(stored, k) != read(current, k)]
 
 
+def _describe_compared(base: list[int], now: list[int], used: list[int]) -> str:
+    """What the paired test compared, e.g. "each task on its first 1 trial (the baseline has 1, this run 5)"."""
+
+    def span(values: list[int]) -> str:
+        low, high = min(values), max(values)
+        return str(low) if low == high else f"{low}-{high}"
+
+    if not used:
+        return "no task compared"
+    if span(base) == span(now) == span(used):
+        return f"each task on its {span(used)} trial{'s' * (max(used) > 1)}"
+    first = "its first" if min(used) == max(used) else "the first"
+    return (
+        f"each task on {first} {span(used)} trial{'s' * (max(used) > 1)} both runs have "
+        f"(the baseline has {span(base)} per task, this run {span(now)})"
+    )
+
+
+def _mean(values: list[float]) -> float:
+    return math.fsum(values) / len(values)
+
+
 def compare(
     baseline: Baseline,
     stats: SuiteStats,
@@ -346,9 +402,14 @@ def compare(
     ``lines`` (task hash -> this run's dataset line) names the tasks in messages; ``rule``
     is the task-pass rule both runs' tasks are judged by.
 
-    The change of mean reward is tested with ``paired.paired_test`` on the per-task means
-    (exact McNemar for pass/fail, sign-flip otherwise). Rewards outside [0, 1] have no
-    bounded test; then the tasks' pass/fail (by ``rule``) is compared instead, and ``method`` says so.
+    The change of mean reward is tested with ``paired.paired_test`` on each task's mean over the
+    trials both runs have: its first min(baseline's, current's) trials, so that a run with more or
+    fewer repeats than its baseline compares like with like (the mean of 1 trial and of 5 are not
+    alike: that made 13-35% of unchanged runs "regress"). A file written before per-trial rewards
+    were kept gives only its mean: compared to the current run's first as many trials when it has
+    that many, else (noted) to all of them. The test is of "a drop larger than ``max_regression``".
+    Rewards outside [0, 1] have no bounded test; then the tasks' pass/fail (by ``rule``) is
+    compared instead, and ``method`` says so. Fewer shared tasks than ``paired.min_pairs`` is no evidence.
     """
     limit = 0.0 if max_regression is None else float(max_regression)
     if not math.isfinite(limit) or limit < 0:
@@ -361,37 +422,57 @@ def compare(
 
     shared = [h for h in stats.per_task if h in baseline.tasks]
     measured = [h for h in shared if stats.per_task[h].n > 0 and baseline.tasks[h].n > 0]
-    before_pass = {h: passes_by_count(baseline.tasks[h].n, baseline.tasks[h].successes, rule) for h in measured}
-    after_pass = {h: stats.per_task[h].passed for h in measured}
-    new_failures = [h for h in measured if before_pass[h] and not after_pass[h]]
-    fixed = [h for h in measured if not before_pass[h] and after_pass[h]]
+    flips: dict[str, list[str]] = {"new_failure": [], "fixed": [], "flaky_failure": [], "flaky_fix": []}
+    for h in measured:
+        record, now = baseline.tasks[h], stats.per_task[h]
+        kind = flip((record.n, record.successes), (now.n, now.successes), rule)
+        if kind is not None:
+            flips[kind].append(h)
     unused = [h for h in baseline.tasks if h not in stats.per_task]
     new_tasks = [h for h in stats.per_task if h not in baseline.tasks]
 
-    before = {h: float(baseline.tasks[h].mean_reward or 0.0) for h in measured}
-    after = {h: float(stats.per_task[h].mean_reward or 0.0) for h in measured}
+    before: dict[str, float] = {}
+    after: dict[str, float] = {}
+    used: dict[str, int] = {}
+    uneven = 0
+    for h in measured:
+        record, current = baseline.tasks[h], stats.rewards[h]
+        m = min(record.n, len(current))
+        if record.rewards is not None:
+            before[h] = _mean(record.rewards[:m])
+        else:  # an older file: its mean is over all of its trials
+            before[h] = float(record.mean_reward or 0.0)
+            if record.n > len(current):
+                m, uneven = len(current), uneven + 1
+        after[h] = _mean(current[:m])
+        used[h] = m
     deltas = {h: after[h] - before[h] for h in measured}
+    base_pass = {h: passes_by_count(baseline.tasks[h].n, baseline.tasks[h].successes, rule) for h in measured}
     if all(0.0 <= v <= 1.0 for v in (*before.values(), *after.values())):
-        paired = paired_test(before, after, min_reward=stats.min_reward)
+        paired = paired_test(before, after, min_reward=stats.min_reward, tolerance=min(1.0, limit))
     else:
         as_pass = paired_test(
-            {h: float(v) for h, v in before_pass.items()}, {h: float(v) for h, v in after_pass.items()}
+            {h: float(base_pass[h]) for h in measured},
+            {h: float(stats.per_task[h].passed) for h in measured},
+            tolerance=min(1.0, limit),
         )
-        paired = PairedTest(
-            as_pass.n_shared,
-            as_pass.mean_delta,
-            as_pass.ci_low,
-            as_pass.ci_high,
-            as_pass.p_drop,
-            f"{as_pass.method}, on task pass/fail (rewards outside [0, 1])",
-            as_pass.flips_to_fail,
-            as_pass.flips_to_pass,
+        paired = replace(as_pass, method=f"{as_pass.method}, on task pass/fail (rewards outside [0, 1])")
+
+    needed = min_pairs(min(1.0, limit))
+    no_evidence = None
+    if not measured:
+        no_evidence = "the baseline and this run share no task with a reward (were the rows changed?)"
+    elif needed is not None and len(measured) < needed:
+        no_evidence = (
+            f"{len(measured)} shared task{'s' * (len(measured) != 1)} with a reward, fewer than the {needed} a drop "
+            f"{'' if limit == 0 else f'of more than {limit:g} '}needs to show at all (every one failing)"
         )
+    notes = _flip_notes(baseline, stats, measured, flips, uneven)
     known_lines = {h: r.line for h, r in baseline.tasks.items() if r.line is not None}
     known_lines.update(lines or {})
     return Comparison(
-        new_failures=sorted(new_failures, key=order),
-        fixed=sorted(fixed, key=order),
+        new_failures=sorted(flips["new_failure"], key=order),
+        fixed=sorted(flips["fixed"], key=order),
         unused=sorted(unused, key=order),
         new_tasks=sorted(new_tasks),
         paired=paired,
@@ -399,4 +480,43 @@ def compare(
         settings_mismatch=[] if settings is None else _settings_mismatch(baseline.settings, settings),
         lines=known_lines,
         deltas=deltas,
+        flaky_failures=sorted(flips["flaky_failure"], key=order),
+        flaky_fixes=sorted(flips["flaky_fix"], key=order),
+        trials_compared=used,
+        compared=_describe_compared(
+            [baseline.tasks[h].n for h in measured], [stats.per_task[h].n for h in measured], list(used.values())
+        ),
+        no_evidence=no_evidence,
+        notes=notes,
     )
+
+
+def _flip_notes(
+    baseline: Baseline, stats: SuiteStats, measured: list[str], flips: Mapping[str, list[str]], uneven: int
+) -> list[str]:
+    """When flips cannot be told from noise, or were not counted, and when the comparison is uneven."""
+    notes = []
+    sides = {
+        "the baseline": [baseline.tasks[h].n for h in measured],
+        "this run": [stats.per_task[h].n for h in measured],
+    }
+    one = [side for side, n in sides.items() if n and min(n) == 1]
+    if one:
+        notes.append(
+            f"{' and '.join(one)} {'has' if len(one) == 1 else 'have'} tasks with one trial: a flip of such a "
+            "task cannot be told from noise (more --gym-repeats can)"
+        )
+    flaky_before = sum(1 for h in measured if 0 < baseline.tasks[h].successes < baseline.tasks[h].n)
+    flaky_now = sum(1 for h in measured if stats.per_task[h].flaky)
+    unstable = len(flips["flaky_failure"]) + len(flips["flaky_fix"])
+    if flaky_before or flaky_now:
+        notes.append(
+            f"flaky tasks (trials disagree): {flaky_before} in the baseline, {flaky_now} in this run; "
+            f"{unstable} flip{'s' * (unstable != 1)} of such tasks listed as flaky, not counted"
+        )
+    if uneven:
+        notes.append(
+            f"{uneven} task{'s were' if uneven != 1 else ' was'} compared on fewer trials now than the baseline's mean "
+            "covers (the file predates per-trial rewards): update it with --gym-update-baseline"
+        )
+    return notes

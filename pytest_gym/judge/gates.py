@@ -1,8 +1,13 @@
 """Suite gates such as ``pass@4 >= 0.9``: parsed by a small grammar (never eval) and judged on SuiteStats.
 
-A gate on an interval bound that fails while the point estimate is on the good side is *undecided*:
-it still fails (the evidence does not show the claim), and its reason says how many more tasks,
-at the same mean, would let the bound clear (``intervals.tasks_needed``).
+A gate is *undecided*, and fails (undecided never passes a run), when the evidence does not settle it:
+
+* on an interval bound that fails while the point estimate is on the good side: its reason says how
+  many more tasks, at the same mean, would let the bound clear (``intervals.tasks_needed``), and when
+  the threshold is above what the suite's tasks can ever show (``intervals.ci_low_ceiling``);
+* when trials errored and the gate holds with them counted as failures but not as successes, or the
+  reverse (``Imputed``): the gate is decided on both, PASS only when both pass, FAIL when both fail,
+  and otherwise the reason names the errored tasks. Errors are not evidence either way.
 """
 
 from __future__ import annotations
@@ -11,11 +16,11 @@ import math
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Literal, cast
 
 from pytest_gym.judge.baseline import Comparison
-from pytest_gym.judge.intervals import tasks_needed
+from pytest_gym.judge.intervals import ci_low_ceiling, evidence, tasks_for_ceiling, tasks_needed
 from pytest_gym.judge.stats import SuiteStats
 
 Metric = Literal[
@@ -202,8 +207,10 @@ def parse_gate(text: str) -> Gate:
 class GateResult:
     """A gate's verdict; ``value`` is None when the metric could not be measured, and then it fails.
 
-    ``undecided``: a failed interval-bound gate whose point estimate is on the good side;
-    ``tasks_needed`` then says about how many more tasks would decide it (None: over a million).
+    ``undecided``: a failed gate the evidence does not settle (see the module docstring);
+    ``tasks_needed`` then says about how many more tasks would decide it (None: over a million, or
+    not a question of tasks). ``bounds``: the metric with every errored trial counted as a failure and
+    as a success (lowest, highest), when trials errored; ``errored_tasks`` the tasks with such trials.
     """
 
     gate: Gate
@@ -212,6 +219,25 @@ class GateResult:
     reason: str
     undecided: bool = False
     tasks_needed: int | None = None
+    bounds: tuple[float, float] | None = None
+    errored_tasks: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Imputed:
+    """The run with every errored trial counted as a failure (``as_failed``) and as a success (``as_passed``).
+
+    Each errored trial takes its place in trial order, so a comparison with the baseline uses the same
+    trials. ``errored``: the tasks with an errored trial, in dataset order; ``describe`` names tasks.
+    """
+
+    as_failed: SuiteStats
+    as_passed: SuiteStats
+    comparison_failed: Comparison | None
+    comparison_passed: Comparison | None
+    errored: list[str]
+    trials: int
+    describe: Callable[[list[str]], str]
 
 
 def _format_value(value: float, threshold: float) -> str:
@@ -221,6 +247,9 @@ def _format_value(value: float, threshold: float) -> str:
 
 
 NO_BASELINE = "no baseline to compare with (give --gym-baseline FILE)"
+
+
+FLAKY_RATE = "the chance that two trials of a task disagree"
 
 
 def _measure(
@@ -242,10 +271,20 @@ def _measure(
     if gate.metric in ("new_failures", "fixed"):
         if comparison is None:
             return None, no_comparison
+        if comparison.paired.n_shared == 0:
+            return None, f"no evidence: {comparison.no_evidence or 'the baseline and this run share no task'}"
         return float(len(comparison.new_failures if gate.metric == "new_failures" else comparison.fixed)), ""
     assert gate.k is not None
     table = stats.pass_at if gate.metric == "pass@" else stats.pass_hat
     if gate.k not in table:
+        short = [ts for ts in stats.per_task.values() if 0 < ts.n < gate.k]
+        if short and all(ts.n + ts.errors >= gate.k for ts in short):
+            errored = sum(ts.errors for ts in short)
+            return None, (
+                f"K={gate.k}: {len(short)} task{'s' * (len(short) != 1)} ha{'ve' if len(short) != 1 else 's'} fewer "
+                f"than {gate.k} trials with a reward because {errored} trial{'s' * (errored != 1)} errored "
+                f"({', '.join(ts.task_hash[:12] for ts in short[:5])}{' ...' if len(short) > 5 else ''})"
+            )
         return None, (
             f"K={gate.k} exceeds the repeats: every task needs at least {gate.k} trials with a reward, "
             f"but the fewest any task has is {stats.max_k} (raise --gym-repeats to at least {gate.k})"
@@ -271,13 +310,74 @@ def _needed(gate: Gate, stats: SuiteStats) -> tuple[bool, int | None]:
 
 
 def evaluate(
-    gate: Gate, stats: SuiteStats, comparison: Comparison | None = None, no_comparison: str = NO_BASELINE
+    gate: Gate,
+    stats: SuiteStats,
+    comparison: Comparison | None = None,
+    no_comparison: str = NO_BASELINE,
+    imputed: Imputed | None = None,
 ) -> GateResult:
     """Judge one gate; a metric that cannot be measured fails the gate rather than passing it silently.
 
     ``comparison`` (against the baseline) is what ``new_failures`` and ``fixed`` count; without one
-    they fail with ``no_comparison`` as the reason.
+    they fail with ``no_comparison`` as the reason, and so they do when it shares no task (no evidence).
+    With ``imputed`` (trials errored) the gate is decided over what the errored trials could have been.
     """
+    plain = _evaluate(gate, stats, comparison, no_comparison)
+    if imputed is None or not imputed.errored or gate.metric == "error_rate" or stats.trials == 0:
+        return plain
+    return _over_errors(gate, stats, plain, imputed, no_comparison)
+
+
+def _range(gate: Gate, stats: SuiteStats, imputed: Imputed, no_comparison: str) -> tuple[float, float] | None:
+    """The metric's lowest and highest value over the errored trials counted as failures or as successes."""
+    if gate.metric == "flaky_rate":
+        return stats.flaky_rate_range()  # per task the mix of outcomes that makes it lowest / highest
+    low, _ = _measure(gate, imputed.as_failed, imputed.comparison_failed, no_comparison)
+    high, _ = _measure(gate, imputed.as_passed, imputed.comparison_passed, no_comparison)
+    if low is None or high is None:
+        return None
+    return min(low, high), max(low, high)
+
+
+def _over_errors(gate: Gate, stats: SuiteStats, plain: GateResult, imputed: Imputed, no_comparison: str) -> GateResult:
+    """PASS only when the gate holds both ways, FAIL when it fails both ways, else undecided (and failed)."""
+    span = _range(gate, stats, imputed, no_comparison)
+    if span is None:
+        return plain
+    low, high = span
+    holds_low, holds_high = (_OPS[gate.op](v, gate.threshold) for v in span)
+    count = imputed.trials
+    errored = f"{count} errored trial{'s' * (count != 1)} ({imputed.describe(imputed.errored)})"
+    shown = _format_value(low, gate.threshold)
+    if high != low:
+        shown += f"..{_format_value(high, gate.threshold)}"
+    limit = f"{gate.op} {_format_number(gate.threshold)}"
+    measured = "" if plain.value is None else _format_value(plain.value, gate.threshold)
+    value = f" = {measured} over the trials with a reward;" if measured else " ="
+    tasks = list(imputed.errored)
+    if holds_low and holds_high:
+        reason = f"{gate.metric_label}{value} {shown} {limit} with the {errored} counted as failures or as successes"
+        return GateResult(gate, plain.value, True, reason, bounds=span, errored_tasks=tasks)
+    if not holds_low and not holds_high:
+        head = f"{plain.reason};" if not plain.passed else f"{gate.metric_label}{value}"
+        reason = f"{head} {shown}, required {limit}, however the {errored} had gone"
+        return replace(plain, passed=False, reason=reason, bounds=span, errored_tasks=tasks)
+    reason = (
+        f"{gate.metric_label}{value} undecided: {shown} with the {errored} counted as failures or as successes, "
+        f"required {limit} (rerun the errored trials to decide)"
+    )
+    return GateResult(gate, plain.value, False, reason, undecided=True, bounds=span, errored_tasks=tasks)
+
+
+def _baseline_remarks(gate: Gate, comparison: Comparison) -> str:
+    """What qualifies a count of flips: flips of flaky tasks not counted, and when flips are noise."""
+    flaky = comparison.flaky_failures if gate.metric == "new_failures" else comparison.flaky_fixes
+    parts = [f"flaky, not counted: {comparison.describe(flaky)}"] if flaky else []
+    parts += [note for note in comparison.notes if "one trial" in note]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _evaluate(gate: Gate, stats: SuiteStats, comparison: Comparison | None, no_comparison: str) -> GateResult:
     if stats.trials == 0:
         why = f" ({stats.errors} errored)" if stats.errors else ""
         return GateResult(gate, None, False, f"{gate.label}: no trial produced a reward{why}")
@@ -289,11 +389,16 @@ def evaluate(
     limit = f"{gate.op} {_format_number(gate.threshold)}"
     verdict = f"{shown} {limit}" if passed else f"{shown}, required {limit}"
     reason = f"{gate.metric_label} = {verdict}"
-    if passed:
-        return GateResult(gate, value, True, reason)
+    if gate.metric == "flaky_rate":
+        reason += f" ({FLAKY_RATE})"
     if comparison is not None and gate.metric in ("new_failures", "fixed"):
         named = comparison.new_failures if gate.metric == "new_failures" else comparison.fixed
-        return GateResult(gate, value, False, f"{reason}: {comparison.describe(named)}" if named else reason)
+        reason += (f": {comparison.describe(named)}" if named and not passed else "") + _baseline_remarks(
+            gate, comparison
+        )
+        return GateResult(gate, value, passed, reason)
+    if passed:
+        return GateResult(gate, value, True, reason)
     undecided, needed = _needed(gate, stats)
     if not undecided:
         return GateResult(gate, value, False, reason)
@@ -303,6 +408,21 @@ def evaluate(
     tasks = len(stats.rewards)
     reason += (
         f"; undecided: {more} (mean reward {stats.mean_reward:.3g} is {side} {_format_number(gate.threshold)}, "
-        f"but {tasks} {'task is' if tasks == 1 else 'tasks are'} too few to show it)"
+        f"but {tasks} {'task is' if tasks == 1 else 'tasks are'} too few to show it{_ceiling(gate, stats)})"
     )
     return GateResult(gate, value, False, reason, undecided=True, tasks_needed=needed)
+
+
+def _ceiling(gate: Gate, stats: SuiteStats) -> str:
+    """When the threshold is beyond what this many tasks can show even if every trial passed (failed)."""
+    threshold = gate.threshold if gate.metric == "ci_low(mean_reward)" else 1.0 - gate.threshold
+    n_floor = evidence(list(stats.rewards.values())).n_floor
+    ceiling = ci_low_ceiling(n_floor)
+    if ceiling >= threshold:
+        return ""
+    bound, all_of = ("ci_low", "passed") if gate.metric == "ci_low(mean_reward)" else ("ci_high", "failed")
+    edge = ceiling if bound == "ci_low" else 1.0 - ceiling
+    least = tasks_for_ceiling(threshold)
+    need = f"; {_format_number(gate.threshold)} needs at least {least} tasks" if least is not None else ""
+    tasks = f"{round(n_floor)}" if abs(n_floor - round(n_floor)) < 1e-9 else f"{n_floor:.1f} (effective)"
+    return f": {bound} cannot pass {edge:.3g} with {tasks} tasks even if every trial {all_of}{need}"

@@ -4,19 +4,28 @@ Method: Clopper-Pearson on an effective sample size, clusters = tasks (Korn & Gr
 the survey-statistics method for proportions from clustered samples):
 
 * ``n_eff = mean * (1 - mean) / var``, ``var`` the task-clustered (CR1) variance of the
-  trial-weighted mean: trials / design effect. ``mean * (1 - mean)`` bounds the variance of any
-  [0, 1] reward, so fractional rewards are treated conservatively as pass/fail.
+  trial-weighted mean: the pass/fail trials (``mean * (1 - mean)`` the variance of one) that
+  would be as precise as the observed spread between tasks.
 * shrunk by ``(z / t_df)**2``, df = effective number of tasks carrying the spread
   (``(sum e^2)^2 / sum e^4``, at most tasks - 1): one failing task among 100 gives df ~ 1.
-* kept within [N**2 / sum(m_g**2), N]: from fully correlated repeats (Kish effective number of
-  tasks, valid for any reward in [0, 1]) to independent trials. One task or no spread (all
-  pass, all fail, all equal) gets the lower end: wide, never a point; and no run with a failure
-  gets a higher lower bound than all passing (nor, mirrored, for the upper bound).
+* at least N**2 / sum(m_g**2), the Kish effective number of tasks (fully correlated repeats,
+  valid for any reward in [0, 1]), and for pass/fail rewards at most N, the trials (independent
+  trials). Fractional rewards have no upper cap: a reward of partial credit varies less than a
+  pass/fail one of the same mean, so a trial can be worth more than one pass/fail trial (the cap
+  made their interval 1.8-2.3x a cluster bootstrap's; without it coverage stays >= 0.95 in
+  tests/unit/judge/test_interval_coverage.py's simulations). One task or no spread (all pass, all fail, all equal)
+  gets the lower end: wide, never a point; and no run with a failure gets a higher lower bound
+  than all passing (nor, mirrored, for the upper bound).
+* so ``ci_low`` can never exceed 0.025**(1 / Kish effective tasks), 0.025**(1 / tasks) with
+  equal repeats, reached when every trial passes: 0.158 at 2 tasks, 0.692 at 10. ``ci_low >= 0.95``
+  needs at least 72 tasks, ``>= 0.9`` 36, ``>= 0.99`` 368, however many repeats each has
+  (``ceiling``, and ``tasks_needed`` counts from it).
 
 Why: a t-interval leaves [0, 1] and collapses at zero spread; Wilson and Jeffreys undercover
 near 0 and 1 at small n, where gates such as ``ci_low >= 0.95`` sit; Clopper-Pearson is
-conservative there. tests/test_coverage.py checks >= 0.93 coverage for 1-300 tasks, rates
-0.5-1.0, 1-8 repeats, heterogeneous tasks, pass/fail and fractional rewards.
+conservative there. tests/unit/judge/test_interval_coverage.py computes the exact coverage for pass/fail rewards
+(every outcome enumerated: up to 30 tasks, 1-5 repeats, a grid of means and task heterogeneity)
+and simulates it for 1-300 tasks, 1-8 repeats, pass/fail and fractional rewards.
 """
 
 from __future__ import annotations
@@ -190,6 +199,18 @@ def t_ppf(p: float, df: float) -> float:
     return t
 
 
+def t_cdf(t: float, df: float) -> float:
+    """Student-t distribution function for real df > 0: P(T <= t)."""
+    if not df > 0.0:
+        raise ValueError(f"df must be positive, got {df!r}")
+    if math.isnan(t):
+        raise ValueError("t must not be NaN")
+    if math.isinf(t):
+        return 1.0 if t > 0 else 0.0
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t), t * t / (df + t * t))  # P(T > |t|)
+    return tail if t < 0 else 1.0 - tail
+
+
 def clopper_pearson(successes: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Exact binomial interval, extended to non-integer successes and n through the beta quantiles."""
     _check_confidence(confidence)
@@ -262,8 +283,14 @@ def evidence(groups: Sequence[Sequence[float]], confidence: float = CONFIDENCE) 
     df = min(tasks - 1.0, ss * ss / math.fsum(e**4 for e in residuals))
     p = 0.5 + confidence / 2.0
     shrink = (NormalDist().inv_cdf(p) / t_ppf(p, df)) ** 2
-    n_eff = min(float(trials), max(n_floor, spread / variance * shrink))
+    n_eff = max(n_floor, spread / variance * shrink)
+    if _pass_fail(groups):  # a pass/fail trial is worth at most one; partial credit varies less, and may be worth more
+        n_eff = min(float(trials), n_eff)
     return Evidence(mean, n_eff, n_floor, tasks, trials)
+
+
+def _pass_fail(groups: Sequence[Sequence[float]]) -> bool:
+    return all(r == 0.0 or r == 1.0 for g in groups for r in g)
 
 
 def _interval(mean: float, n_eff: float, n_floor: float, confidence: float) -> tuple[float, float]:
@@ -284,6 +311,32 @@ def suite_interval(groups: Sequence[Sequence[float]], confidence: float = CONFID
     return _interval(ev.mean, ev.n_eff, ev.n_floor, confidence)
 
 
+def ci_low_ceiling(tasks: float, confidence: float = CONFIDENCE) -> float:
+    """The highest lower bound ``tasks`` (Kish effective) tasks can give: every trial of every task passing.
+
+    (1 - confidence) / 2 to the power 1 / tasks, whatever the repeats: 0.158 at 2 tasks, 0.692 at 10.
+    """
+    _check_confidence(confidence)
+    return float(((1.0 - confidence) / 2.0) ** (1.0 / tasks))
+
+
+def tasks_for_ceiling(threshold: float, confidence: float = CONFIDENCE) -> int | None:
+    """The fewest tasks (equal repeats) whose lower bound can reach ``threshold`` at all; None when none can.
+
+    ``ci_low >= 0.9`` needs 36, ``>= 0.95`` 72, ``>= 0.99`` 368.
+    """
+    _check_confidence(confidence)
+    if threshold >= 1.0:
+        return None
+    if threshold <= 0.0:
+        return 1
+    tail = (1.0 - confidence) / 2.0
+    tasks = max(1, math.floor(math.log(tail) / math.log(threshold)))
+    while ci_low_ceiling(tasks, confidence) < threshold:
+        tasks += 1
+    return tasks
+
+
 def tasks_needed(
     groups: Sequence[Sequence[float]],
     threshold: float,
@@ -294,8 +347,9 @@ def tasks_needed(
 
     0 when the lower bound already clears. Otherwise assumes new tasks keep the observed mean
     and the effective trials per task of this run (which errs towards more tasks, as the
-    small-sample shrinkage fades with more tasks). None when it can never clear (mean at or
-    below the threshold) or would need more than ``max_tasks`` tasks in all.
+    small-sample shrinkage fades with more tasks). Never fewer than ``ci_low_ceiling`` allows: a suite
+    whose every trial passes needs ``tasks_for_ceiling(threshold)`` tasks in all. None when it can never
+    clear (mean at or below the threshold) or would need more than ``max_tasks`` tasks in all.
     """
     ev = evidence(groups, confidence)
     tasks = ev.tasks

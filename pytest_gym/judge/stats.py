@@ -27,7 +27,9 @@ How these map to NeMo Gym 0.7 (``nemo_gym/reward_profile.py``):
   samples, because repeats of one row share its difficulty; it stays inside [0, 1] and is wide,
   never a point, for one task or no spread.
 * A task *passes* by ``rule`` (``--gym-task-pass``): all its trials reach ``min_reward``
-  (default), more than half of them, or any; a task whose trials disagree is *flaky*.
+  (default), more than half of them, or any; a task whose trials disagree is *flaky*, and
+  ``flaky_rate`` is the chance that two trials of one task disagree (the same for a policy at
+  any number of repeats).
 """
 
 from __future__ import annotations
@@ -108,6 +110,16 @@ class TaskStats:
         """Its trials disagree: some reach min_reward and some do not."""
         return 0 < self.successes < self.n
 
+    @property
+    def disagreement(self) -> float | None:
+        """The chance that two of its trials disagree, estimated without bias: 2c(n-c) / (n(n-1)).
+
+        Its expectation is 2p(1-p) for a task succeeding with chance p, whatever the number of trials
+        n >= 2 (the share of tasks with *some* disagreement, 1 - p**n - (1-p)**n, grows with n). None
+        below two trials.
+        """
+        return _disagreement(self.n, self.successes)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "task_hash": self.task_hash,
@@ -120,6 +132,21 @@ class TaskStats:
             "pass_at": {str(k): v for k, v in self.pass_at.items()},
             "pass_hat": {str(k): v for k, v in self.pass_hat.items()},
         }
+
+
+def mean_of(values: Sequence[float]) -> float | None:
+    """The exact-sum mean of finite numbers (None for none), also when their sum is beyond a float (rewards of
+    1.7e308 twice: ``fsum`` overflows, the mean does not)."""
+    if not values:
+        return None
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
+
+
+def _disagreement(n: int, c: int) -> float | None:
+    return float(Fraction(2 * c * (n - c), n * (n - 1))) if n >= 2 else None
 
 
 def _finite_rewards(task_hash: str, rewards: Sequence[float]) -> list[float]:
@@ -144,7 +171,7 @@ def task_stats(
         task_hash=task_hash,
         n=n,
         successes=c,
-        mean_reward=math.fsum(values) / n if n else None,
+        mean_reward=mean_of(values),
         pass_at={k: pass_at_k(n, c, k) for k in range(1, n + 1)},
         pass_hat={k: pass_hat_k(n, c, k) for k in range(1, n + 1)},
         errors=errors,
@@ -190,11 +217,33 @@ class SuiteStats:
 
     @property
     def flaky_rate(self) -> float | None:
-        """Flaky tasks over tasks with a reward; None when no task has two trials (nothing can disagree)."""
-        measured = [ts for ts in self.per_task.values() if ts.n > 0]
-        if not any(ts.n > 1 for ts in measured):
+        """The chance that two trials of a task disagree, averaged over the tasks with at least two trials.
+
+        A threshold means the same at any --gym-repeats: a policy right with chance 0.9 on every task has
+        0.18 at k = 2, 5 or 8 (the share of flaky tasks was 0.18/0.41/0.57). None when no task has two
+        trials (nothing can disagree).
+        """
+        values = [d for ts in self.per_task.values() if (d := ts.disagreement) is not None]
+        return math.fsum(values) / len(values) if values else None
+
+    def flaky_rate_range(self) -> tuple[float, float] | None:
+        """The lowest and highest ``flaky_rate`` over every way the errored trials could have gone.
+
+        Each task's errored trials are counted as any mix of successes and failures, the mix chosen per
+        task to make the rate lowest (highest). None when no task would have two trials.
+        """
+        low: list[float] = []
+        high: list[float] = []
+        for ts in self.per_task.values():
+            trials = ts.n + ts.errors
+            if trials >= 2:
+                values = [float(Fraction(2 * c * (trials - c), trials * (trials - 1)))
+                          for c in range(ts.successes, ts.successes + ts.errors + 1)]  # fmt: skip
+                low.append(min(values))
+                high.append(max(values))
+        if not low:
             return None
-        return sum(ts.flaky for ts in measured) / len(measured)
+        return math.fsum(low) / len(low), math.fsum(high) / len(high)
 
     def to_dict(self, per_task: bool = True) -> dict[str, Any]:
         """JSON-ready form; k keys become strings as JSON requires."""
@@ -249,7 +298,7 @@ def suite_stats(
     if measured:
         rewards = {ts.task_hash: _finite_rewards(ts.task_hash, per_task[ts.task_hash]) for ts in measured}
         groups = list(rewards.values())
-        mean_reward = math.fsum(r for g in groups for r in g) / trials
+        mean_reward = mean_of([r for g in groups for r in g])
         ci, ci_note = _interval(groups)
         max_k = min(ts.n for ts in measured)
         shapes = Counter((ts.n, ts.successes) for ts in measured)  # few distinct (n, c): sum each once

@@ -27,7 +27,7 @@ from pytest_gym.judge.baseline import (
     update_baselines,
 )
 from pytest_gym.judge.efficiency import evaluate_efficiency, figures
-from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, evaluate, parse_gate
+from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, Imputed, evaluate, parse_gate
 from pytest_gym.judge.savings import cut_short, skipped_text, spend, undecided
 from pytest_gym.judge.sequential import decided_gate, replay, sequence_summary, shared_means, suite_sequence, task_order
 from pytest_gym.judge.stats import SuiteStats, suite_stats
@@ -85,6 +85,19 @@ class TrialRecord:
         )
 
 
+@dataclass(frozen=True)
+class BaselineCheck:
+    """The verdict of ``<suite>::baseline``: passed, and why not."""
+
+    passed: bool
+    reason: str
+    undecided: bool = False
+
+
+def _regression(c: Comparison) -> str:
+    return f"regression against the baseline: {c.summary()}; new failures: {c.describe(c.new_failures)}"
+
+
 @dataclass
 class SuiteVerdict:
     suite: str
@@ -97,6 +110,8 @@ class SuiteVerdict:
     #: task hash -> dataset line, to name tasks in messages
     lines: dict[str, int] = field(default_factory=dict)
     baseline_path: str | None = None
+    #: the run with its errored trials counted as failures and as successes (None: nothing errored)
+    imputed: Imputed | None = None
     #: What the trials cost (``judge.efficiency``): this run's figures, and the baseline's when it stores them.
     figures: dict[str, float | None] = field(default_factory=dict)
     baseline_figures: dict[str, float | None] | None = None
@@ -110,17 +125,42 @@ class SuiteVerdict:
 
     @property
     def failed(self) -> bool:
-        return any(not g.passed for g in self.gates) or bool(self.comparison and not self.baseline_passed)
+        check = self.baseline_check()
+        return any(not g.passed for g in self.gates) or (check is not None and not check.passed)
 
-    @property
-    def baseline_passed(self) -> bool:
-        """The ``<suite>::baseline`` check: no regression (decided sequentially when the suite stopped early),
-        and a suite a budget cut short is undecided."""
+    def baseline_check(self) -> BaselineCheck | None:
+        """The ``<suite>::baseline`` verdict; None without a comparison.
+
+        It fails on a shown regression, on no evidence (too few shared tasks) and, when trials errored,
+        unless it passes with them counted as failures and as successes alike (undecided otherwise). A suite
+        a budget cut short is undecided; one a sequential run stopped early has the sequential decision.
+        """
+        c = self.comparison
+        if c is None:
+            return None
         if self.cut_short:
-            return False
+            return BaselineCheck(False, f"baseline check undecided: {self.cut_short}", undecided=True)
         if self.sequential_baseline is not None:
-            return self.sequential_baseline.startswith("baseline: no regression")
-        return not (self.comparison and self.comparison.regressed)
+            held = self.sequential_baseline.startswith("baseline: no regression")
+            return BaselineCheck(held, "" if held else f"{self.sequential_baseline} (--gym-sequential)")
+        if c.no_evidence is not None:
+            return BaselineCheck(False, f"no evidence against the baseline: {c.no_evidence}")
+        imputed = self.imputed
+        if imputed is None or imputed.comparison_failed is None or imputed.comparison_passed is None:
+            return BaselineCheck(c.passed, "" if c.passed else _regression(c))
+        worst, best = imputed.comparison_failed, imputed.comparison_passed
+        if worst.passed and best.passed:
+            return BaselineCheck(True, "")
+        count = imputed.trials
+        errored = f"{count} errored trial{'s' * (count != 1)} ({imputed.describe(imputed.errored)})"
+        if not best.passed:
+            return BaselineCheck(False, f"{_regression(best)} (even with the {errored} counted as successes)")
+        return BaselineCheck(
+            False,
+            f"undecided: a regression with the {errored} counted as failures ({worst.summary()}), none with them "
+            "counted as successes; rerun the errored trials to decide",
+            undecided=True,
+        )
 
     def task_label(self, task_hash: str) -> str:
         return task_label(task_hash, self.lines.get(task_hash))
@@ -154,7 +194,13 @@ class SuiteVerdict:
         s = self.stats
         gates = {
             g.gate.label: GateSummary(
-                value=g.value, passed=g.passed, reason=g.reason, undecided=g.undecided, tasks_needed=g.tasks_needed
+                value=g.value,
+                passed=g.passed,
+                reason=g.reason,
+                undecided=g.undecided,
+                tasks_needed=g.tasks_needed,
+                bounds=list(g.bounds) if g.bounds is not None else None,
+                errored_tasks=[self.task_label(h) for h in g.errored_tasks],
             )
             for g in self.gates
         }
@@ -185,26 +231,46 @@ class SuiteVerdict:
             sequential=self.sequential,
         )
         c = self.comparison
-        if c is not None:
+        check = self.baseline_check()
+        if c is not None and check is not None:
+            used = list(c.trials_compared.values())
             summary.baseline = BaselineSummary(
                 file=self.baseline_path,
                 mean_delta=c.paired.mean_delta,
                 ci_low=c.paired.ci_low,
                 ci_high=c.paired.ci_high,
+                bounds="one-sided 95%",
                 p_drop=c.paired.p_drop,
+                max_regression=c.max_regression,
+                p_beyond=c.paired.p_beyond,
                 method=c.paired.method,
                 significant_drop=c.significant_drop,
                 shared_tasks=c.paired.n_shared,
+                compared=c.compared,
+                trials_compared={"min": min(used), "max": max(used)} if used else None,
+                no_evidence=c.no_evidence,
+                text=c.summary(),
                 new_failures=list(c.new_failures),
                 fixed=list(c.fixed),
                 new_failure_tasks=[TaskRef(**t) for t in c.named(c.new_failures)],
                 fixed_tasks=[TaskRef(**t) for t in c.named(c.fixed)],
+                flaky_failures=[TaskRef(**t) for t in c.named(c.flaky_failures)],
+                flaky_fixes=[TaskRef(**t) for t in c.named(c.flaky_fixes)],
+                notes=list(c.notes),
                 unused=list(c.unused),
                 new_tasks=list(c.new_tasks),
                 regressed=c.regressed,
+                passed=check.passed,
+                undecided=check.undecided,
+                reason=check.reason,
                 settings_mismatch=list(c.settings_mismatch),
             )
         return summary
+
+
+def _describe_tasks(verdict: SuiteVerdict, hashes: list[str], limit: int = 5) -> str:
+    shown = ", ".join(verdict.task_label(h) for h in hashes[:limit])
+    return shown + (f" and {len(hashes) - limit} more" if len(hashes) > limit else "")
 
 
 SuiteSettings = Callable[[str], tuple[GymSettings, list[Gate]]]
@@ -331,26 +397,25 @@ class SuiteResults:
         updates: dict[str, dict[str, Baseline]] = defaultdict(dict)
         stored: dict[str, StoredBaselines | BaselineError | None] = {}
         for suite, records in sorted(self.suites().items()):
-            rewards: dict[str, list[float]] = defaultdict(list)
-            errors: dict[str, int] = defaultdict(int)
+            trials: dict[str, list[float | None]] = defaultdict(list)  # in trial order, None: errored
             lines = {}
             for r in sorted(records, key=lambda r: (r.line, r.task_hash, r.repeat)):  # dataset order, any arrival
                 lines[r.task_hash] = r.line
-                if r.reward is not None and not r.error:
-                    rewards[r.task_hash].append(r.reward)
-                else:
-                    rewards.setdefault(r.task_hash, [])
-                    errors[r.task_hash] += 1
+                trials[r.task_hash].append(r.reward if r.reward is not None and not r.error else None)
+            rewards = {h: [x for x in values if x is not None] for h, values in trials.items()}
+            errors = {h: n for h, values in trials.items() if (n := values.count(None))}
             settings, gates = self.settings_for(suite) if self.settings_for else (self.settings, self.gates)
             stats = suite_stats(rewards, settings.min_reward, errors, settings.task_pass)
             totals = suite_totals([r.cost() for r in records], settings.price_in, settings.price_out)
             verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
             verdict.figures = figures(totals)
             no_comparison = self._baseline(verdict, settings, stored, updates)
+            if errors:
+                verdict.imputed = self._imputed(verdict, trials, settings, stored)
             verdict.gates = [
                 evaluate_efficiency(g, verdict.figures, verdict.baseline_figures, no_comparison)
                 if g.efficiency
-                else evaluate(g, stats, verdict.comparison, no_comparison)
+                else evaluate(g, stats, verdict.comparison, no_comparison, verdict.imputed)
                 for g in gates
             ]
             if settings.sequential:
@@ -363,6 +428,38 @@ class SuiteResults:
                 if verdict.suite in baselines and notes:
                     verdict.baseline_note = "; ".join([verdict.baseline_note or "", *notes]).lstrip("; ")
         return verdicts
+
+    def _imputed(
+        self,
+        verdict: SuiteVerdict,
+        trials: dict[str, list[float | None]],
+        settings: GymSettings,
+        stored: dict[str, StoredBaselines | BaselineError | None],
+    ) -> Imputed:
+        """The suite again with every errored trial a failure, and a success (and compared with the baseline)."""
+        seen = [x for values in trials.values() for x in values if x is not None]
+        fail_value = min([0.0, *seen])
+        pass_value = max([1.0, settings.min_reward, *seen])
+
+        def imputed(value: float) -> tuple[SuiteStats, Comparison | None]:
+            filled = {h: [value if x is None else x for x in values] for h, values in trials.items()}
+            stats = suite_stats(filled, settings.min_reward, None, settings.task_pass)
+            comparison = None
+            baseline = self._stored_baseline(verdict, settings, stored)
+            if verdict.comparison is not None and baseline is not None:
+                comparison = self._compare(baseline, stats, verdict, settings)
+            return stats, comparison
+
+        (as_failed, compared_failed), (as_passed, compared_passed) = imputed(fail_value), imputed(pass_value)
+        return Imputed(
+            as_failed=as_failed,
+            as_passed=as_passed,
+            comparison_failed=compared_failed,
+            comparison_passed=compared_passed,
+            errored=[h for h, values in trials.items() if None in values],
+            trials=sum(values.count(None) for values in trials.values()),
+            describe=lambda hashes: _describe_tasks(verdict, hashes),
+        )
 
     @staticmethod
     def _baseline_settings(s: GymSettings) -> dict[str, Any]:
@@ -413,12 +510,26 @@ class SuiteResults:
             verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with --gym-update-baseline"
             return verdict.baseline_note
         verdict.baseline_figures = dict(baseline.suite.efficiency or {})
-        verdict.comparison = compare(
+        verdict.comparison = self._compare(baseline, verdict.stats, verdict, settings)
+        return ""
+
+    def _compare(
+        self, baseline: Baseline, stats: SuiteStats, verdict: SuiteVerdict, settings: GymSettings
+    ) -> Comparison:
+        return compare(
             baseline,
-            verdict.stats,
+            stats,
             settings.max_regression,
             self._baseline_settings(settings),
             verdict.lines,
             settings.task_pass,
         )
-        return ""
+
+    @staticmethod
+    def _stored_baseline(
+        verdict: SuiteVerdict, settings: GymSettings, stored: dict[str, StoredBaselines | BaselineError | None]
+    ) -> Baseline | None:
+        found = stored.get(settings.baseline or "")
+        if not isinstance(found, StoredBaselines):
+            return None
+        return found.for_suite(verdict.suite, set(verdict.stats.per_task))

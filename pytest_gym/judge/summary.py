@@ -46,6 +46,10 @@ class GateSummary(_Model):
     reason: str = ""
     undecided: bool = False
     tasks_needed: int | None = None
+    #: With errored trials: the metric with them counted as failures and as successes (lowest, highest).
+    bounds: list[float] | None = None
+    #: The tasks with an errored trial, named (hash and line).
+    errored_tasks: list[str] = Field(default_factory=list)
 
 
 class TaskRef(_Model):
@@ -142,23 +146,44 @@ class SequentialSummary(_Model):
 
 
 class BaselineSummary(_Model):
-    """The comparison with the suite's stored baseline."""
+    """The comparison with the suite's stored baseline.
+
+    ``ci_low``/``ci_high`` are one-sided 95% bounds of the change (``bounds`` says so), from the test that
+    decides: ``ci_high < -max_regression`` exactly when ``p_beyond`` (of a drop larger than it) < 0.05.
+    ``compared``: which trials of each task were compared (the first ones both runs have). ``new_failures``
+    and ``fixed`` are stable flips; ``flaky_failures``/``flaky_fixes`` the other flips, not counted.
+    ``passed`` is the ``<suite>::baseline`` verdict (``reason`` why not: a regression, ``no_evidence``, or
+    ``undecided`` over errored trials); ``text`` the comparison in one line, as the terminal shows it.
+    """
 
     file: str | None = None
     mean_delta: float | None = None
     ci_low: float | None = None
     ci_high: float | None = None
+    bounds: str = ""
     p_drop: float | None = None
+    max_regression: float = 0.0
+    p_beyond: float | None = None
     method: str = ""
     significant_drop: bool = False
     shared_tasks: int = 0
+    compared: str = ""
+    trials_compared: dict[str, int] | None = None
+    no_evidence: str | None = None
+    text: str = ""
     new_failures: list[str] = Field(default_factory=list)
     fixed: list[str] = Field(default_factory=list)
     new_failure_tasks: list[TaskRef] = Field(default_factory=list)
     fixed_tasks: list[TaskRef] = Field(default_factory=list)
+    flaky_failures: list[TaskRef] = Field(default_factory=list)
+    flaky_fixes: list[TaskRef] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
     unused: list[str] = Field(default_factory=list)
     new_tasks: list[str] = Field(default_factory=list)
     regressed: bool = False
+    passed: bool = True
+    undecided: bool = False
+    reason: str = ""
     settings_mismatch: list[str] = Field(default_factory=list)
 
 
@@ -212,10 +237,9 @@ class SuiteSummary(_Model):
 
     @property
     def failed(self) -> bool:
-        return (
-            any(not g.passed for g in self.gates.values())
-            or bool(self.baseline and self.baseline.regressed)
-            or bool(self.baseline and self.cut_short)
+        baseline = self.baseline
+        return any(not g.passed for g in self.gates.values()) or bool(
+            baseline and (baseline.regressed or not baseline.passed or self.cut_short)
         )
 
     @property

@@ -119,10 +119,22 @@ class _Frame:
         )
 
 
+#: The reward axis ends here at most: any real reward is far inside, and spans between the ends stay finite
+#: (rewards of +-1.7e308 have a span of 3.4e308, which is infinite in floating point).
+AXIS_LIMIT = 1e300
+
+
+def axis_value(value: float) -> float:
+    """``value`` on the reward axis: within +-``AXIS_LIMIT`` (infinite and NaN values at an end, or 0)."""
+    if math.isnan(value):
+        return 0.0
+    return min(AXIS_LIMIT, max(-AXIS_LIMIT, value))
+
+
 def reward_range(values: Sequence[float]) -> tuple[float, float]:
-    """The reward axis: [0, 1] unless some reward lies outside it."""
-    low = min([0.0, *values])
-    high = max([1.0, *values])
+    """The reward axis: [0, 1] unless some reward lies outside it (never beyond +-``AXIS_LIMIT``)."""
+    low = min([0.0, *map(axis_value, values)])
+    high = max([1.0, *map(axis_value, values)])
     return low, high
 
 
@@ -131,14 +143,14 @@ def reward_class(value: float | None, low: float, high: float) -> str:
     if value is None:
         return "cx"
     span = high - low or 1.0
-    return f"c{min(4, max(0, int((value - low) / span * 5)))}"
+    return f"c{min(4, max(0, int((axis_value(value) - low) / span * 5)))}"
 
 
 def _histogram(values: Sequence[float], low: float, high: float, bins: int) -> list[tuple[float, float, int]]:
     width = (high - low) / bins if high > low else 1.0
     counts = [0] * bins
     for v in values:
-        index = min(bins - 1, max(0, int((v - low) / width))) if high > low else 0
+        index = min(bins - 1, max(0, int((axis_value(v) - low) / width))) if high > low else 0
         counts[index] += 1
     return [(low + i * width, low + (i + 1) * width, counts[i]) for i in range(bins)]
 

@@ -42,7 +42,7 @@ from typing import Any, TypeAlias
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
-from pytest_gym.core.masking import Masker
+from pytest_gym.core.masking import Masker, strip_control
 from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.core.taskrule import TaskRuleError, parse_task_rule
 from pytest_gym.judge.baseline import BaselineError, load_baseline
@@ -102,17 +102,29 @@ def _bounded(chars: float, bounds: tuple[int, int]) -> int:
 
 
 class _Masker:
-    """The run's masking (``core.masking.Masker``, secrets looked up once) for the page: non-finite numbers become
-    null, since the page's JSON is strict."""
+    """The run's masking (``core.masking.Masker``, secrets looked up once) for the page, with Gym's text stripped
+    of control characters (bidirectional overrides and lone surrogates included: the page must show what a text
+    says, not a reordering of it, and be UTF-8); non-finite numbers become null, since the page's JSON is strict."""
 
     def __init__(self) -> None:
         self._masker = Masker()
 
     def text(self, value: str) -> str:
-        return self._masker.text(value)
+        return self._masker.text(strip_control(value))
 
     def data(self, value: Any) -> Any:
-        return finite(self._masker.data(value))
+        return finite(_stripped(self._masker.data(value)))
+
+
+def _stripped(value: Any) -> Any:
+    """Masked data with control characters dropped from every string and key."""
+    if isinstance(value, str):
+        return strip_control(value)
+    if isinstance(value, Mapping):
+        return {strip_control(str(key)): _stripped(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_stripped(item) for item in value]
+    return value
 
 
 def _number(value: Any) -> float | None:
@@ -670,7 +682,8 @@ class _Builder:
             "min_reward": min_reward,
             "numbers": mask.data(_numbers(entry, source)),
             "gates": gates,
-            "failed": any(not g["passed"] for g in gates) or bool(baseline and baseline.get("regressed")),
+            "failed": any(not g["passed"] for g in gates)
+            or bool(baseline and (baseline.get("regressed") or baseline.get("passed") is False)),
             "baseline": baseline,
             "baseline_note": mask.text(entry.baseline_note) if entry.baseline_note else None,
             "flaky": sorted(position[i] for i in flaky_ids),
@@ -698,6 +711,8 @@ class _Builder:
         by_short = {t["hash"]: t for t in tasks}
         new_failures = {h for h in _summary_hashes(section.new_failures) if h in by_short}
         fixed = {h for h in _summary_hashes(section.fixed) if h in by_short}
+        flaky_failures = {t.hash for t in section.flaky_failures if t.hash in by_short}
+        flaky_fixes = {t.hash for t in section.flaky_fixes if t.hash in by_short}
         before: dict[str, float | None] = {}
         before_passed: dict[str, bool] = {}
         # The baseline file given to the report (the summary's own path is not followed: it may be anything).
@@ -718,7 +733,11 @@ class _Builder:
         changed = []
         for task in tasks:
             short = task["hash"]
-            change = "new_failure" if short in new_failures else "fixed" if short in fixed else None
+            change = next(
+                (kind for kind, hashes in (("new_failure", new_failures), ("fixed", fixed), ("flaky_failure",
+                 flaky_failures), ("flaky_fix", flaky_fixes)) if short in hashes),
+                None,
+            )  # fmt: skip
             was = before.get(short)
             if change is None and short not in before:
                 continue
@@ -734,7 +753,7 @@ class _Builder:
                 changed.append((_CHANGE_ORDER[change], delta or 0.0, position[task["id"]]))
         lists = ("new_failures", "fixed", "unused", "new_tasks", "new_failure_tasks", "fixed_tasks")
         out: dict[str, Any] = self.mask.data(section.model_dump(mode="json", exclude=set(lists)))
-        for key in ("new_failures", "fixed", "unused", "new_tasks"):
+        for key in ("new_failures", "fixed", "unused", "new_tasks", "flaky_failures", "flaky_fixes"):
             out[f"{key}_count"] = len(getattr(section, key))
         out["changed"] = [index for *_, index in sorted(changed)]
         out["source"] = source
@@ -749,7 +768,7 @@ def _rule(text: object) -> Rule:
         return "all"
 
 
-_CHANGE_ORDER = {"new_failure": 0, "fixed": 1, None: 2}
+_CHANGE_ORDER = {"new_failure": 0, "fixed": 1, "flaky_failure": 2, "flaky_fix": 3, None: 4}
 
 
 def report_data(run_dir: Path, baseline: Baselines = None) -> dict[str, Any]:

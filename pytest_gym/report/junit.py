@@ -25,6 +25,11 @@ The project validates against its ``junit-10.xsd`` (Jenkins xUnit's schema with 
   properties ``junit.<attribute>``.
 
 Without ``xsd_strict`` only the suite properties are added. :func:`read_trial_properties` reads either form.
+
+The file fails closed: characters XML 1.0 cannot hold (a dataset file name with a control character
+becomes a testcase's ``classname`` as it is) are replaced in pytest's bytes before parsing, as ``#xNN``
+like pytest writes them in text; a file that still does not parse is masked as plain text and
+:class:`JUnitUnusable` says so (the run then exits non-zero: CI must not read a report with no results).
 """
 
 from __future__ import annotations
@@ -36,10 +41,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from junitparser import Properties, xunit2
+from junitparser import JUnitXmlError, Properties, xunit2
 
 from pytest_gym.core.atomic import write_atomically
-from pytest_gym.core.masking import clean_text
+from pytest_gym.core.masking import Masker, clean_text, strip_control
 from pytest_gym.core.outcome import TRIALS_PROPERTY as TRIALS
 from pytest_gym.judge.summary import RunSummary, SuiteSummary
 
@@ -61,8 +66,32 @@ MAX_JUNIT_TEXT = 1_000_000
 _XML_ILLEGAL = re.compile("[^\u0009\u000a\u000d\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
+#: A character reference to one of them (``&#1;``, ``&#x1F;``): just as fatal to a parser.
+_ILLEGAL_REFERENCE = re.compile(r"&#(x[0-9A-Fa-f]+|[0-9]+);")
+
+
+class JUnitUnusable(ValueError):
+    """pytest's JUnit file could not be read as XML even after repair: it was masked as text only."""
+
+
 def _xml_safe(text: str) -> str:
     return _XML_ILLEGAL.sub(lambda m: f"#x{ord(m.group()):02X}", text)
+
+
+def _legal_reference(match: re.Match[str]) -> str:
+    number = match.group(1)
+    code = int(number[1:], 16) if number[0] in "xX" else int(number)
+    if code > 0x10FFFF or _XML_ILLEGAL.fullmatch(chr(code)):
+        return f"#x{code:02X}"
+    return match.group(0)
+
+
+def repair_xml(data: bytes) -> bytes:
+    """pytest's JUnit bytes with what XML 1.0 cannot hold replaced by ``#xNN``: control characters (raw or as
+    character references), lone surrogates and bytes that are not UTF-8."""
+    text = data.decode("utf-8", "surrogateescape")
+    repaired = _ILLEGAL_REFERENCE.sub(_legal_reference, _xml_safe(text))
+    return data if repaired == text else repaired.encode("utf-8")
 
 
 def _elem(node: JUnitNode) -> ET.Element:
@@ -214,15 +243,37 @@ def postprocess_junit(
     gives the same file.
     """
     path = Path(path)
-    xml = _load(path)
-    suites = list(xml)
-    if not suites:
-        raise ValueError(f"{path} holds no <testsuite> to add suite properties to")
-    if xsd_strict:
-        _strict(xml, keep_errors)
-    _set_suite_properties(suites[0], suite_properties)
-    _clean(xml)
-    _write_atomically(xml, path)
+    data = path.read_bytes()
+    repaired = repair_xml(data)
+    try:
+        xml = xunit2.JUnitXml.fromfile(io.BytesIO(repaired))
+    except (SyntaxError, JUnitXmlError) as exc:  # ElementTree's and lxml's ParseError are SyntaxErrors
+        _mask_as_text(path, repaired)
+        raise JUnitUnusable(
+            f"the JUnit file {path} is not valid XML ({exc}), even with the characters XML cannot hold replaced: "
+            "its text was masked, but CI tools cannot read it and it holds no suite results; the run fails"
+        ) from None
+    try:
+        suites = list(xml)
+        if not suites:
+            raise ValueError("it holds no <testsuite> to add suite properties to")
+        if xsd_strict:
+            _strict(xml, keep_errors)
+        _set_suite_properties(suites[0], suite_properties)
+        _clean(xml)
+        _write_atomically(xml, path)
+    except Exception as exc:  # never leave pytest's unmasked file behind
+        _mask_as_text(path, repaired)
+        raise JUnitUnusable(
+            f"the JUnit file {path} could not be completed ({type(exc).__name__}: {clean_text(str(exc), 500)}): its "
+            "text was masked, but it holds no suite results; the run fails"
+        ) from None
+
+
+def _mask_as_text(path: Path, data: bytes) -> None:
+    """The last resort for a file that is not usable XML: every credential in it masked, as plain text."""
+    masked = Masker().text(strip_control(data.decode("utf-8", "replace")))
+    write_atomically(path, masked.encode("utf-8"))
 
 
 def case_key(case: JUnitNode) -> str:
@@ -291,8 +342,13 @@ def flat_properties(s: SuiteSummary) -> dict[str, str]:
     if c is not None:
         props["baseline_delta"] = str(c.mean_delta)
         props["baseline_p_drop"] = str(c.p_drop)
+        props["baseline_p_beyond"] = str(c.p_beyond)
         props["baseline_method"] = c.method
+        props["baseline_compared"] = c.compared
         props["baseline_regressed"] = str(c.regressed).lower()
+        props["baseline_passed"] = str(c.passed).lower()
+        if c.reason:
+            props["baseline_reason"] = c.reason
         props["baseline_new_failures"] = str(len(c.new_failures))
         props["baseline_fixed"] = str(len(c.fixed))
         if c.new_failure_tasks:

@@ -52,24 +52,13 @@ def synthetic_reports(verdict: SuiteVerdict) -> list[pytest.TestReport]:
             nodeid, verdict.suite, gate.passed, f"gate {gate.gate.label} failed: {gate.reason}", props
         )
     c = verdict.comparison
-    if c is not None:
-        reason = ""
-        if c.regressed and c.paired.mean_delta is not None:
-            reason = (
-                f"regression against the baseline: mean reward changed by {c.paired.mean_delta:+.3f} "
-                f"(95% CI {c.paired.ci_low:+.3f}..{c.paired.ci_high:+.3f}, one-sided p = {c.paired.p_drop:.3g} "
-                f"by {c.paired.method}) over {c.paired.n_shared} shared tasks; "
-                f"new failures: {c.describe(c.new_failures)}"
-            )
-        if verdict.sequential_baseline is not None:
-            reason = f"{verdict.sequential_baseline} (--gym-sequential)"
-        if verdict.cut_short:
-            reason = f"baseline check undecided: {verdict.cut_short}"
+    check = verdict.baseline_check()
+    if c is not None and check is not None:
         reports += _outcome_reports(
             f"{verdict.suite}::baseline",
             verdict.suite,
-            verdict.baseline_passed,
-            reason,
+            check.passed,
+            check.reason,
             [("gym_baseline_delta", c.paired.mean_delta if c.paired.mean_delta is not None else "n/a")],
         )
     return reports

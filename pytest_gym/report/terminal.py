@@ -6,7 +6,14 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import RunSummary, SequentialSummary, SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import (
+    BaselineSummary,
+    RunSummary,
+    SequentialSummary,
+    SuiteSummary,
+    TaskRef,
+    TotalsSummary,
+)
 
 _SHOW_FAILURES = 5
 
@@ -41,6 +48,17 @@ def _tasks(tasks: list[TaskRef], limit: int = _SHOW_FAILURES) -> str:
     shown = ", ".join(t.label for t in tasks[:limit])
     more = f" and {len(tasks) - limit} more" if len(tasks) > limit else ""
     return (shown + more) or "none"
+
+
+def _comparison(c: BaselineSummary) -> str:
+    """The comparison in one line: the judge's own words, or (a summary written before it kept them) the numbers."""
+    if c.text:
+        return c.text
+    p_drop = f"{c.p_drop:.3g}" if c.p_drop is not None else "n/a"
+    return (
+        f"delta {_fmt(c.mean_delta)} over {c.shared_tasks} shared tasks"
+        f" (95% CI {_fmt(c.ci_low)}..{_fmt(c.ci_high)}, p(drop) {p_drop}, {c.method})"
+    )
 
 
 def summary_lines(
@@ -85,16 +103,18 @@ def summary_lines(
                 lines.append(f"  baseline: {why}")
         c = s.baseline
         if c is not None:
-            p_drop = f"{c.p_drop:.3g}" if c.p_drop is not None else "n/a"
-            lines.append(
-                f"  baseline: delta {_fmt(c.mean_delta)} over {c.shared_tasks} shared tasks"
-                f" (95% CI {_fmt(c.ci_low)}..{_fmt(c.ci_high)}, p(drop) {p_drop}, {c.method})"
-                + (" REGRESSION" if c.regressed else "")
-            )
+            verdict = "" if c.passed else " UNDECIDED" if c.undecided else " REGRESSION" if c.regressed else ""
+            lines.append(f"  baseline: {_comparison(c)}{verdict}")
+            if not c.passed and not c.regressed:
+                lines.append(f"  baseline check failed: {c.reason}")
             if c.new_failures:
                 lines.append(f"  new failures ({len(c.new_failures)}): {_tasks(c.new_failure_tasks)}")
             if c.fixed:
                 lines.append(f"  fixed ({len(c.fixed)}): {_tasks(c.fixed_tasks)}")
+            flips = c.flaky_failures + c.flaky_fixes
+            if flips:
+                lines.append(f"  flaky, not counted ({len(flips)}): {_tasks(flips)}")
+            lines += [f"  note: {note}" for note in c.notes]
             if c.new_tasks:
                 lines.append(f"  new tasks (not in baseline): {len(c.new_tasks)}")
             if c.unused:

@@ -176,7 +176,7 @@ class Dispatcher:
         self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
         self._thread.start()
         access = access or GymAccess()  # an auth proxy's headers and the CA of https servers
-        self._http = HTTPPool(access.headers, access.ssl_context)
+        self._http = HTTPPool(access.headers, access.ssl_context, access.origins)
         self._health = Health(endpoint, self._http, probe_timeout_s=min(5.0, trial_timeout))
         self._rollouts = Rollouts(
             endpoint, self._http, self._health, trial_timeout, default_agent, retries, self.counts

@@ -9,8 +9,9 @@ machine that CPU is taken from the Gym servers themselves. This client does
 only what Gym's routes need: a request with ``Content-Length`` (or none), a
 response with ``Content-Length``, chunked or close-delimited body (none for
 HEAD, 1xx, 204 and 304), keep-alive reuse, TLS for ``https`` URLs, extra headers
-(an auth header). No proxies, redirects, cookies or compression (Gym sends none
-of those on these routes).
+(an auth header) sent only to the origins they belong to. No proxies, redirects,
+cookies or compression (Gym sends none of those on these routes; a redirect's
+status and ``Location`` are reported, not followed).
 
 Errors are plain exceptions (``OSError``, ``asyncio.IncompleteReadError``,
 ``ProtocolError``, ``BodyTooLarge``); ``pytest_gym.rollout.transport`` makes
@@ -27,7 +28,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Collection, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
@@ -68,6 +69,8 @@ class Response(NamedTuple):
     body: bytes
     #: The ``Retry-After`` header as sent (429 and 503 answers may carry one), else None.
     retry_after: str | None = None
+    #: The ``Location`` header of a redirect (3xx), as sent (bounded), else None.
+    location: str | None = None
 
 
 def header_lines(headers: Mapping[str, str] | None) -> str:
@@ -90,14 +93,15 @@ def fetch(
     headers: Mapping[str, str] | None = None,
     max_body: int = FETCH_MAX_BODY,
     ssl_context: ssl.SSLContext | None = None,
+    origins: Collection[tuple[str, str, int]] | None = None,
 ) -> tuple[int, bytes]:
     """One blocking request on a fresh connection: (status, body). Raises FetchError.
 
-    ``headers`` and ``ssl_context`` as for ``HTTPPool``.
+    ``headers``, ``ssl_context`` and ``origins`` as for ``HTTPPool``.
     """
 
     async def once() -> Response:
-        pool = HTTPPool(headers, ssl_context)
+        pool = HTTPPool(headers, ssl_context, origins)
         try:
             return await asyncio.wait_for(pool.request(method, url, body, max_body), timeout)
         finally:
@@ -150,6 +154,8 @@ class _Target:
     tls: bool
     host_header: str
     path: str
+    #: The extra header lines this target gets (none off the headers' origins).
+    extra: str
 
 
 @dataclass
@@ -169,15 +175,22 @@ class _Connection:
 class HTTPPool:
     """Keep-alive connections per server, used from one event loop.
 
-    ``headers`` go with every request (e.g. an auth header); ``ssl_context`` replaces the system's
-    default trust for ``https`` URLs.
+    ``headers`` go with every request (e.g. an auth header) to one of ``origins`` ((scheme, host, port), as
+    ``core.access.origin`` spells them; None: every origin); ``ssl_context`` replaces the system's default
+    trust for ``https`` URLs.
     """
 
-    def __init__(self, headers: Mapping[str, str] | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        headers: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        origins: Collection[tuple[str, str, int]] | None = None,
+    ) -> None:
         self._idle: dict[tuple[str, int, bool], list[_Connection]] = {}
         self._targets: dict[str, _Target] = {}
         self._ssl = ssl_context
         self._extra = header_lines(headers)
+        self._origins = None if origins is None else frozenset(origins)
 
     def _target(self, url: str) -> _Target:
         target = self._targets.get(url)
@@ -193,7 +206,9 @@ class HTTPPool:
             if any(c in path for c in " \r\n\0"):
                 raise ProtocolError(f"not a valid request path: {path!r}")
             netloc = parts.netloc.rsplit("@", 1)[-1]
-            target = self._targets[url] = _Target(parts.hostname, port, tls, netloc, path)
+            own = ("https" if tls else "http", parts.hostname.lower(), port)
+            extra = self._extra if self._origins is None or own in self._origins else ""
+            target = self._targets[url] = _Target(parts.hostname, port, tls, netloc, path, extra)
         return target
 
     async def _connect(self, target: _Target) -> _Connection:
@@ -228,7 +243,7 @@ class HTTPPool:
         """One request; the answer. Sent again once on a fresh connection when a reused one turns out closed."""
         target = self._target(url)
         key = (target.host, target.port, target.tls)
-        extra = self._extra + header_lines(headers) if headers else self._extra
+        extra = target.extra + header_lines(headers) if headers else target.extra
         framing = "" if body is None else f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         head = (
             f"{method} {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nAccept: application/json\r\n"
@@ -271,7 +286,7 @@ class HTTPPool:
                 raise
             if not line and reused:
                 raise _StaleConnection()
-            status, keep_alive, length, chunked, retry_after = await _read_head(reader, line)
+            status, keep_alive, length, chunked, retry_after, location = await _read_head(reader, line)
             if bodiless or status in (204, 304):
                 data = b""  # no body by definition, whatever the headers say
             elif chunked:
@@ -294,7 +309,7 @@ class HTTPPool:
             self._idle.setdefault(key, []).append(connection)
         else:
             connection.close()
-        return Response(status, data, retry_after)
+        return Response(status, data, retry_after, location)
 
     async def aclose(self) -> None:
         for idle in self._idle.values():
@@ -307,8 +322,11 @@ class _StaleConnection(Exception):
     """A kept-alive connection the server had closed before it read our request."""
 
 
-async def _read_head(reader: asyncio.StreamReader, line: bytes) -> tuple[int, bool, int | None, bool, str | None]:
-    """Status line and headers: (status, keep-alive, content-length, chunked, retry-after). Skips 1xx answers."""
+async def _read_head(
+    reader: asyncio.StreamReader, line: bytes
+) -> tuple[int, bool, int | None, bool, str | None, str | None]:
+    """Status line and headers: (status, keep-alive, content-length, chunked, retry-after, location). Skips 1xx
+    answers."""
     for _ in range(_MAX_INTERIM):
         parts = line.split(None, 2)
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
@@ -318,6 +336,7 @@ async def _read_head(reader: asyncio.StreamReader, line: bytes) -> tuple[int, bo
         length: int | None = None
         chunked = False
         retry_after: str | None = None
+        location: str | None = None
         for _ in range(_MAX_HEADERS):
             header = await reader.readline()
             if header in (b"\r\n", b"\n"):
@@ -341,10 +360,12 @@ async def _read_head(reader: asyncio.StreamReader, line: bytes) -> tuple[int, bo
                     keep_alive = True
             elif name == b"retry-after":
                 retry_after = value[:100].decode("latin-1")
+            elif name == b"location":
+                location = value[:500].decode("latin-1")
         else:
             raise ProtocolError("too many headers")
         if status >= 200:
-            return status, keep_alive, (None if chunked else length), chunked, retry_after
+            return status, keep_alive, (None if chunked else length), chunked, retry_after, location
         if status == 101:
             raise ProtocolError("the server switched protocols (HTTP 101), which nobody asked for")
         line = await reader.readline()  # an interim 1xx answer: the real one follows

@@ -19,7 +19,7 @@ from typing import Any
 from pytest_gym.core.access import GymAccess, access_hint
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
-from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.masking import mask_secrets, strip_control
 from pytest_gym.core.numbers import is_finite_number
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, usage_of
 from pytest_gym.rollout.health import Health
@@ -83,9 +83,17 @@ def encode(body: dict[str, Any]) -> bytes:
 
 
 def parse_answer(
-    status: int, data: bytes, url: str, reward_key: str, retry_after: str | None = None
+    status: int, data: bytes, url: str, reward_key: str, retry_after: str | None = None, location: str | None = None
 ) -> tuple[dict[str, Any], float]:
     """Decode Gym's answer to ``/run``; raise TrialFault for anything that is not a reward."""
+    if 300 <= status < 400:
+        where = f" to {mask_secrets(strip_control(location))}" if location else ""
+        raise TrialFault(
+            "http_status",
+            f"HTTP {status} from {url}: a redirect{where}, which pytest-gym does not follow (Gym's /run never "
+            "redirects: is a proxy or a login page in front of Gym? point --gym-url at Gym itself)",
+            status,
+        )
     if status >= 400:
         wait = retry_after_s(retry_after) if status in (429, 503) else None
         raise TrialFault("http_status", f"HTTP {status} from {url}: {_excerpt(data)}", status, wait)
@@ -138,7 +146,7 @@ async def post_rollout(
             raise TrialFault("gym_died", "Gym stopped answering")
         raise TrialFault("timeout", f"no answer from {url} within {timeout:g} s (--gym-trial-timeout)")
     try:
-        status, data, retry_after = request.result()
+        status, data, retry_after, location = request.result()
     except BodyTooLarge as exc:
         raise TrialFault(
             "bad_body",
@@ -150,7 +158,7 @@ async def post_rollout(
     except (OSError, ProtocolError) as exc:
         text = f"{type(exc).__name__}: {mask_secrets(str(exc))}"
         raise TrialFault("connection", f"cannot reach {url}: {text}{access_hint(text)}") from None
-    answer, reward = parse_answer(status, data, url, reward_key, retry_after)
+    answer, reward = parse_answer(status, data, url, reward_key, retry_after, location)
     return answer, reward, time.perf_counter() - started
 
 
@@ -160,7 +168,7 @@ def post_rollout_once(
     """``post_rollout`` from synchronous code (``gym_server.run``): its own pool, closed afterwards."""
 
     async def once() -> tuple[dict[str, Any], float, float]:
-        http = HTTPPool(access.headers, access.ssl_context) if access else HTTPPool()
+        http = HTTPPool(access.headers, access.ssl_context, access.origins) if access else HTTPPool()
         try:
             return await post_rollout(http, url, encode(body), timeout, reward_key)
         finally:

@@ -8,7 +8,7 @@ deviations, t-intervals), so ``aggregate_metrics`` recomputes them from the reco
 ``compute_pass_majority_metrics`` with the default ``accuracy = reward`` score): per-task
 (``group_level_metrics``), per-agent (``agent_metrics``: mean/max/min/median/std of every numeric field, the
 across-repeats statistics, ``num_repeats``) and per-repeat (``repeat_level_metrics``) numbers. Checked
-against Gym's own functions in ``tests/test_merge.py`` (equal to 1e-9).
+against Gym's own functions in ``tests/session/test_merge.py`` (equal to 1e-9).
 
 Not reproduced: what an environment's own ``compute_metrics`` adds beyond pass@k with the reward as the
 score (mcqa's ``majority@k`` and ``no_answer``, for instance) and its own ``get_key_metrics`` choice;

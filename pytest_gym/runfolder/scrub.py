@@ -1,22 +1,39 @@
 """The last masking pass over a run folder: files other processes wrote there (Gym's log, Hydra's
 outputs, the policy's log, the deployment record) may hold a credential a server echoed.
 
-The files pytest-gym writes itself are masked as they are written; this pass covers the rest. It
-masks in place with as many ``*`` as the secret had bytes, line by line, so a process still appending
-to a file (Gym, before it is stopped) loses nothing and readers never see a torn file. Symbolic links
-(the server venvs) are not followed.
+The files pytest-gym writes itself are masked as they are written, as data; this pass covers the rest.
+Text (logs) is masked in place with as many ``*`` as the secret had bytes, line by line, so a process still
+appending to a file (Gym, before it is stopped) loses nothing and readers never see a torn file. JSON and
+jsonl files are never masked as text (a masked value could run over a quote and leave a line that no longer
+parses): they are masked as data once their writers are gone (``final``), each replaced in one step when
+anything in it changed. Symbolic links (the server venvs) are not followed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.masking import Masker
-from pytest_gym.runfolder.layout import FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import (
+    CASSETTE_FILE,
+    FAILURES_FILE,
+    MATERIALIZED_FILE,
+    MISSES_FILE,
+    RESCORED_FILE,
+    ROLLOUTS_FILE,
+)
+from pytest_gym.runfolder.records import RecordError, iter_records
+from pytest_gym.runfolder.rollouts import encode_record
 
-#: Masked record by record when written (and the largest files of a run): not read again.
-MASKED_WHEN_WRITTEN = frozenset({ROLLOUTS_FILE, FAILURES_FILE, MATERIALIZED_FILE})
+#: Masked record by record, as data, when written (and the largest files of a run): not read again.
+MASKED_WHEN_WRITTEN = frozenset(
+    {ROLLOUTS_FILE, FAILURES_FILE, MATERIALIZED_FILE, CASSETTE_FILE, MISSES_FILE, RESCORED_FILE}
+)
+#: Files masked as data, never as text.
+JSON_SUFFIXES = (".json", ".jsonl")
 #: Longer lines are masked in pieces of this size, each with the last bytes of the one before.
 _PIECE = 1 << 20
 _OVERLAP = 4096
@@ -55,12 +72,36 @@ def scrub_file(path: Path, masker: Masker) -> bool:
     return changed
 
 
-def scrub_run_folder(run_dir: Path) -> list[str]:
+def scrub_json_file(path: Path, masker: Masker) -> bool:
+    """Mask a JSON or jsonl file as data, replacing it in one step when anything changed; whether it did.
+
+    A file that is not JSON (a torn line in the middle, a log named .json) is masked as text instead."""
+    raw = path.read_bytes()
+    if not masker.suspicious(raw.decode("utf-8", "surrogateescape")):
+        return False
+    try:
+        if path.suffix == ".jsonl":
+            records = [record for _, record in iter_records(path)]
+            masked = b"".join(encode_record(masker, record) for record in records)
+        else:
+            data = json.loads(raw)
+            masked = json.dumps(masker.data(data), ensure_ascii=False, indent=2).encode("utf-8", "surrogateescape")
+    except (RecordError, ValueError, RecursionError):
+        return scrub_file(path, Masker(masker.secrets, same_length=True))
+    if masked == raw:
+        return False
+    write_atomically(path, masked, fsync=False)
+    return True
+
+
+def scrub_run_folder(run_dir: Path, final: bool = True) -> list[str]:
     """Mask every file in ``run_dir`` (recursively) that pytest-gym did not mask when writing it.
 
-    Returns problems worth a note (a file that could not be read or was too large), never raises for one.
+    ``final``: every writer is gone (Gym stopped), so JSON files are masked (as data) too; before that only
+    text is. Returns problems worth a note (a file that could not be read or was too large), never raises.
     """
     masker = Masker(same_length=True)
+    data_masker = Masker(masker.secrets)
     problems: list[str] = []
     if not run_dir.is_dir():
         return problems
@@ -74,7 +115,11 @@ def scrub_run_folder(run_dir: Path) -> list[str]:
                 if path.stat().st_size > MAX_FILE_BYTES:
                     problems.append(f"{path} is larger than {MAX_FILE_BYTES >> 20} MiB and was not checked for secrets")
                     continue
-                scrub_file(path, masker)
+                if path.suffix in JSON_SUFFIXES:
+                    if final:
+                        scrub_json_file(path, data_masker)
+                else:
+                    scrub_file(path, masker)
             except (OSError, ValueError) as exc:
                 problems.append(f"could not check {path} for secrets: {type(exc).__name__}: {exc}")
     return problems

@@ -11,17 +11,18 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gym.core.access import GymAccess, access_hint
+from pytest_gym.core.access import GymAccess, access_hint, without_header_variables
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.core.masking import MAX_MESSAGE, Masker, clean_text
+from pytest_gym.core.masking import MAX_MESSAGE, POLICY_KEY_ENV, Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
@@ -255,6 +256,12 @@ class GymRun:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
             return None
 
+    def _gym_env(self) -> dict[str, str]:
+        """The environment of a process running Gym's code: ours without the --gym-header variables."""
+        return without_header_variables(
+            os.environ, self.settings.header, keep=(POLICY_KEY_ENV, *self.settings.secret_env)
+        )
+
     def start_trajectories(self) -> None:
         """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
         if not self.owner or self.settings.trajectories != "on" or not self.settings.starts_gym:
@@ -265,7 +272,7 @@ class GymRun:
         if python is None:
             return  # said at the end, where it matters
         folder = capture_dir(self.run_dir)
-        self.finalizer = Finalizer(python, folder, self.run_dir)
+        self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
         try:
             self.finalizer.start()
         except OSError as exc:
@@ -323,7 +330,7 @@ class GymRun:
                     "records kept as Gym answered"
                 )
                 return
-            self.finalizer = Finalizer(python, folder, self.run_dir)
+            self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
         self.finalizer.finalize(self.run_dir, environment_servers(endpoint))
 
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
@@ -350,7 +357,7 @@ class GymRun:
             try:
                 url = endpoint.route_for(agent).rsplit("/run", 1)[0] + "/aggregate_metrics"
                 body = json.dumps(aggregate_request_from_records(group)).encode()
-                headers, context = self.access.headers, self.access.ssl_context
+                headers, context = self.access.headers_for(url), self.access.ssl_context
                 status, data = fetch("POST", url, body, 120, headers=headers, ssl_context=context)
                 if status >= 400:
                     raise FetchError(f"HTTP {status}: {data[:200].decode('utf-8', 'replace')}")

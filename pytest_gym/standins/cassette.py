@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.jsonl import read_jsonl_numbered
-from pytest_gym.core.masking import MASK, known_secrets, mask_secrets
+from pytest_gym.core.masking import Masker, mask_secrets
 from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
 
 FORMAT_VERSION = 1
@@ -122,37 +122,57 @@ def request_hash(canonical: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def mask_text(text: str, secrets: Sequence[str]) -> str:
-    """``mask_secrets`` for a server that read its secrets once (reading them costs ~0.3 ms a call)."""
-    if "Bearer" in text or any(secret in text for secret in secrets):
-        masked = mask_secrets(text)
-        for secret in secrets:
-            masked = masked.replace(secret, MASK)
-        return masked
-    return text
-
-
 def mask_strings(value: Any, secrets: Sequence[str] | None = None) -> Any:
-    """A copy with every string (keys too) masked: values are checked, never field names.
+    """A copy with every string (keys too) masked as evidence (``Masker.evidence``), as data: values are
+    checked, never field names (``max_tokens`` is a sampling parameter, not a secret).
 
-    Not :func:`~pytest_gym.core.masking.mask_mapping`: that masks by key name, and ``max_tokens`` is a
-    sampling parameter, not a secret.
+    A cassette is evidence like the rollouts: a prompt or an answer is stored byte for byte unless it holds a
+    known secret or a credential-shaped token; text that merely looks like one (``password='...'`` in an answer)
+    is kept, or a replay would differ from its recording. Recording and replay key a request by its masked form
+    through this one function, so both sides are masked the same way.
     """
-    secrets = known_secrets() if secrets is None else secrets
-
-    def one(text: str) -> str:
-        return mask_text(text, secrets)
+    masker = Masker(list(secrets) if secrets is not None else None)
 
     def walk(item: Any) -> Any:
         if isinstance(item, str):
-            return one(item)
+            return masker.evidence(item)
         if isinstance(item, dict):
-            return {one(str(k)): walk(v) for k, v in item.items()}
+            return {masker.evidence(str(k)): walk(v) for k, v in item.items()}
         if isinstance(item, list):
             return [walk(v) for v in item]
         return item
 
     return walk(value)
+
+
+def mask_body(body: str, secrets: Sequence[str] | None = None) -> str:
+    """An answer's body masked as data: a JSON document, or a stream of ``data:`` events each holding one,
+    keeps its structure (a masked value never runs over a quote); a body without a secret is returned
+    unchanged, byte for byte. Text that is neither is masked as text."""
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        parsed = _NOT_JSON
+    if parsed is not _NOT_JSON:
+        masked = mask_strings(parsed, secrets)
+        return body if masked == parsed else json.dumps(masked, ensure_ascii=False)
+    if "data:" in body:
+        lines = body.split("\n")
+        out = []
+        for line in lines:
+            head, sep, rest = line.partition("data:")
+            if head or not sep or not rest.strip() or rest.strip() == "[DONE]":
+                out.append(line)
+                continue
+            event = rest.strip()
+            masked = mask_body(event, secrets)
+            out.append(line if masked == event else f"data: {masked}")
+        return "\n".join(out)
+    text: str = mask_strings(body, secrets)
+    return text
+
+
+_NOT_JSON = object()
 
 
 # --- records ------------------------------------------------------------------------------------

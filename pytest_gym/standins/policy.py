@@ -21,6 +21,15 @@ against a real Gym. ``answers`` (a list) makes call N answer ``answers[(N-1) % l
 differ; ``tool_name`` makes the first turn a function call (the turn after its output is answered
 with text), and ``"stream": true`` requests get Server-Sent Events, so that recording and replay of
 tool calls and streams are testable.
+
+A seeded stochastic mode stands in for a model at temperature > 0: with ``chance`` < 1 each task (its
+first input item) is answered with ``answer`` with its own chance, else with ``wrong_answer``. The
+chances are ``chance`` for every task, or Beta-distributed around it (``chance_concentration`` > 0), with
+``solid``/``hopeless`` shares of tasks always right/wrong (a deterministic mix); a task whose prompt
+holds a text in ``broken`` is always wrong (a break). Every draw is a hash of ``seed``, the task and how
+many calls the task has had, so a run is reproduced by its seed whatever the order calls arrive in.
+Set it with ``PUT /_script`` or, for a policy pytest-gym starts, ``PYTEST_GYM_POLICY_SCRIPT``
+(e.g. ``{"chance": 0.9, "seed": 7}``).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import socket
 import sys
 import threading
@@ -58,6 +68,13 @@ class Script:
     answers: list[str] = field(default_factory=list)
     tool_name: str = ""
     tool_arguments: str = "{}"
+    chance: float = 1.0
+    chance_concentration: float = 0.0
+    solid: float = 0.0
+    hopeless: float = 0.0
+    broken: list[str] = field(default_factory=list)
+    wrong_answer: str = "I do not know."
+    seed: int = 0
 
     def update(self, changes: dict[str, Any]) -> None:
         known = {f.name: f.type for f in fields(self)}
@@ -71,6 +88,42 @@ class Script:
             setattr(self, key, [str(v) for v in value] if isinstance(current, list) else type(current)(value))
         if self.fault_mode not in FAULT_MODES:
             raise ValueError(f"fault_mode must be one of {FAULT_MODES}")
+        for name in ("chance", "solid", "hopeless"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}")
+        if self.chance_concentration < 0.0 or self.solid + self.hopeless > 1.0:
+            raise ValueError("chance_concentration must be >= 0 and solid + hopeless at most 1")
+
+    @property
+    def stochastic(self) -> bool:
+        return self.chance < 1.0 or self.solid > 0.0 or self.hopeless > 0.0 or bool(self.broken)
+
+    def task_chance(self, task: str) -> float:
+        """The chance that ``task`` (its first input item, as JSON) is answered right: fixed by seed and task."""
+        if any(text in task for text in self.broken):
+            return 0.0
+        where = _uniform(self.seed, "mix", task)
+        if where < self.solid:
+            return 1.0
+        if where >= 1.0 - self.hopeless:
+            return 0.0
+        if self.chance_concentration <= 0.0 or self.chance in (0.0, 1.0):
+            return self.chance
+        a, b = self.chance * self.chance_concentration, (1.0 - self.chance) * self.chance_concentration
+        return random.Random(_uniform(self.seed, "beta", task)).betavariate(a, b)
+
+
+def _uniform(seed: int, *parts: object) -> float:
+    """A number in [0, 1) from a hash of the seed and the parts: the same on every run, any call order."""
+    digest = hashlib.sha256(json.dumps([seed, *parts], default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def task_key(body: Any) -> str:
+    """The task a model call belongs to: its first input item (or message), as canonical JSON."""
+    items = body.get("input") if isinstance(body, dict) and "input" in body else (body or {}).get("messages")
+    first = items[0] if isinstance(items, list) and items else items
+    return json.dumps(first, sort_keys=True, default=str)
 
 
 #: A JSON object of script changes the policy applies at start (the same keys as ``PUT /_script``).
@@ -91,14 +144,20 @@ class PolicyState:
         self.first_call: float | None = None
         self.last_call: float | None = None
         self.auth_digests: set[str] = set()
+        self.task_calls: dict[str, int] = {}
 
-    def count(self, route: str) -> tuple[int, Script]:
+    def count(self, route: str, body: Any = None) -> tuple[int, Script]:
         with self.lock:
             self.calls += 1
             self.by_route[route] = self.by_route.get(route, 0) + 1
             script = Script(**asdict(self.script))
             if script.answers:
                 script.answer = script.answers[(self.calls - 1) % len(script.answers)]
+            if script.stochastic:
+                task = task_key(body)
+                number = self.task_calls[task] = self.task_calls.get(task, 0) + 1
+                if _uniform(script.seed, "call", task, number) >= script.task_chance(task):
+                    script.answer = script.wrong_answer
             return self.calls, script
 
     def enter(self) -> None:
@@ -115,7 +174,7 @@ class PolicyState:
 
     def reset(self) -> None:
         """Zero the counters (the caller holds the lock); calls in flight stay counted as in flight."""
-        self.calls, self.faults, self.by_route = 0, 0, {}
+        self.calls, self.faults, self.by_route, self.task_calls = 0, 0, {}, {}
         self.max_in_flight = self.in_flight
         self.first_call = self.last_call = None
 
@@ -342,7 +401,7 @@ class PolicyHandler(BaseHTTPRequestHandler):
     def _answer(self, route: str, body: Any) -> tuple[int, Any, bytes | None]:
         """(status, JSON payload, raw body) for one model call, after the scripted latency or fault."""
         state = self.server.state
-        number, script = state.count(route)
+        number, script = state.count(route, body)
         auth = self.headers.get("Authorization")
         if auth:
             with state.lock:

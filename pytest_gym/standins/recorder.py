@@ -57,8 +57,8 @@ from pytest_gym.standins.cassette import (
     Recording,
     Take,
     decode_body,
+    mask_body,
     mask_strings,
-    mask_text,
     miss_message,
     recordable,
     resolve_cassette,
@@ -416,7 +416,7 @@ class RecorderHandler(BaseHTTPRequestHandler):
 
         def record(data: bytes) -> None:
             if recordable(response.status):
-                text = mask_text(decode_body(data), state.secrets)
+                text = mask_body(decode_body(data), state.secrets)
                 elapsed = (time.perf_counter() - started) * 1000
                 state.write(Recording(method, route, masked, response.status, content_type, text, key,
                                       recorded_at=time.time(), upstream_ms=elapsed))  # fmt: skip

@@ -164,6 +164,9 @@
     var out = "";
     if (t.baseline && t.baseline.change === "new_failure") { out += '<span class="tag newfail">new failure</span>'; }
     if (t.baseline && t.baseline.change === "fixed") { out += '<span class="tag fixed">fixed</span>'; }
+    if (t.baseline && (t.baseline.change === "flaky_failure" || t.baseline.change === "flaky_fix")) {
+      out += '<span class="tag flaky">' + (t.baseline.change === "flaky_fix" ? "flaky fix" : "flaky failure") + ", not counted</span>";
+    }
     if (t.n > 0 && !t.passed && !(t.baseline && t.baseline.change === "new_failure")) { out += '<span class="tag fail">failed</span>'; }
     if (t.n > 0 && t.passed) { out += '<span class="tag pass">passed</span>'; }
     if (t.flaky) { out += '<span class="tag flaky">flaky</span>'; }

@@ -1,0 +1,115 @@
+"""Everything in tests/gym/ needs a real NeMo Gym: marked ``gym`` here, by folder, and given what they share.
+
+- One real Gym deployment per test process and configuration: mcqa with the built-in scripted policy (the
+  only stand-in: Gym itself is real). Tests attach to it with ``--gym-url`` and steer the policy through
+  its ``/_script`` route.
+- One Ray cluster per test process, which every Gym started here joins (``RAY_ADDRESS``) instead of
+  starting its own: Gym's orchestrator starts Ray at every ``gym env start`` but the servers these tests use
+  never touch it, and a Ray start is about a third of a Gym start's CPU. Tests about a started Gym's whole
+  process tree and lifetime ask for ``own_ray``: their Gym starts its own cluster, as it does for users.
+
+Without Gym these tests skip locally and fail under CI, where they must run.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_gym.core.pids import pid_alive
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym.deployment import start_deployment, stop_started
+from pytest_gym.process.groups import log_tail, spawn_supervised, stop_supervised
+from tests.helpers.realgym import RealGym, need_gym
+
+HERE = Path(__file__).parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test of this folder ``gym`` before ``-m`` selects by markers."""
+    for item in items:
+        if item.path.is_relative_to(HERE):
+            item.add_marker(pytest.mark.gym)
+
+
+@pytest.fixture(scope="session")
+def gym_cli() -> str:
+    return need_gym()
+
+
+#: Starts a Ray cluster (no dashboard: nothing reads it), writes its address, holds it until SIGINT.
+RAY_HOLDER = """
+import sys, time
+from pathlib import Path
+import ray
+ray.init(include_dashboard=False)
+Path(sys.argv[1]).write_text(ray.get_runtime_context().gcs_address)
+try:
+    time.sleep(24 * 3600)
+except KeyboardInterrupt:
+    pass
+"""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_ray(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Ray cluster for this test process; ``RAY_ADDRESS`` makes every Gym started here join it."""
+    folder = tmp_path_factory.mktemp("ray")
+    address = folder / "address"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # loopback only: no token files in a home folder
+    env.pop("RAY_ADDRESS", None)
+    holder = spawn_supervised(
+        "ray", [str(Path(gym_cli).parent / "python"), "-c", RAY_HOLDER, str(address)], folder, folder / "ray.log",
+        env=env, grace=20,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not (address.is_file() and address.read_text()):
+            if time.monotonic() > deadline or not pid_alive(holder.pid):
+                log = folder / "ray.log"
+                pytest.fail(f"the shared Ray cluster did not start; {log}:\n{log_tail(log)}")
+            time.sleep(0.1)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("RAY_ADDRESS", address.read_text())
+            patch.setenv("RAY_AUTH_MODE", "disabled")
+            yield address.read_text()
+    finally:
+        stop_supervised([holder])
+
+
+@pytest.fixture
+def own_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Gym this test starts starts its own Ray cluster (a test about its whole process tree)."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+
+
+@pytest.fixture(scope="session")
+def real_gym(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGym]:
+    settings = GymSettings(
+        resources_server="mcqa",
+        policy="scripted",
+        policy_answer="\\boxed{E}",
+        cli=gym_cli,
+        server_venv="auto",
+        shutdown_grace=20,
+    )
+    run_dir = tmp_path_factory.mktemp("shared-gym")
+    endpoint, started = start_deployment(settings, run_dir)
+    try:
+        yield RealGym(endpoint, gym_cli, run_dir)
+    finally:
+        stop_started(started, settings.shutdown_grace)
+
+
+@pytest.fixture
+def gym(real_gym: RealGym) -> Iterator[RealGym]:
+    """The shared Gym with its policy reset to answer \\boxed{E} (2 of the 5 example rows right)."""
+    real_gym.reset()
+    yield real_gym
+    real_gym.reset()

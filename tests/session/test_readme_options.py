@@ -1,0 +1,24 @@
+"""The README documents every option the plugin registers."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_gym.core.options import SPECS
+from tests.helpers.paths import ROOT
+
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_option_and_ini_name_is_in_the_readme_table() -> None:
+    missing = [s.flag for s in SPECS if f"| `{s.flag}" not in README or f"`{s.ini}`" not in README]
+    assert missing == []
+
+
+def test_help_lists_every_option_and_ini_setting(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    assert result.ret == pytest.ExitCode.OK
+    text = result.stdout.str()
+    assert [s.flag for s in SPECS if s.flag not in text] == []
+    assert [s.ini for s in SPECS if s.ini not in text] == []
+    result.stdout.fnmatch_lines(["*--gym-max-errors=N|P%*", "*P% of the run's*"])

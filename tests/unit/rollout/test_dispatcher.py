@@ -1,0 +1,386 @@
+"""The dispatcher and the xdist claim board, against a stand-in ``/run`` server (no Gym needed).
+
+The stand-in Gym (tests/helpers/standin.py) answers every ``/run`` with a reward after a configurable
+latency and logs the calls and counts those in flight, so the bounds (concurrency, lookahead) and the
+once-only guarantee (claims) can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gym.core.dataset import read_tasks
+from pytest_gym.core.endpoint import GymEndpoint
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.rollout import dispatcher as dispatch
+from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, GlobalSlots, alive, worker_share
+from pytest_gym.rollout.dispatcher import Dispatcher
+from pytest_gym.xdist_hooks import worker_slot
+from tests.helpers.standin import StandinGym, serving
+
+
+@pytest.fixture
+def fake() -> Iterator[StandinGym]:
+    with serving("agent") as server:
+        yield server
+
+
+def runs(fake: StandinGym) -> list[tuple[int, int]]:
+    """The (task index, repeat) of each /run the stand-in got, in arrival order."""
+    bodies = [request.json() for request in list(fake.log) if request.route == "/run"]
+    return [(body["_ng_task_index"], body["_ng_rollout_index"]) for body in bodies]
+
+
+def make_specs(tmp_path: Path, rows: int, repeats: int = 1) -> list[TrialSpec]:
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"responses_create_params": {"input": f"q{i}"}}) + "\n" for i in range(rows)))
+    return [
+        TrialSpec(nodeid=f"data.jsonl::{task.short_hash}[r{r}]", task=task, task_index=i, repeat=r, agent="agent")
+        for i, task in enumerate(read_tasks(data))
+        for r in range(repeats)
+    ]
+
+
+def make_dispatcher(fake: StandinGym, concurrency: int, **kwargs: Any) -> Dispatcher:
+    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.base_url + "/run"})
+    return Dispatcher(endpoint, concurrency=concurrency, trial_timeout=30, default_agent=None, **kwargs)
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+# -- the budget split ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("concurrency", "workers"), [(8, 1), (8, 2), (7, 2), (32, 3), (5, 4), (4, 4), (100, 7)])
+def test_worker_shares_are_floor_or_ceil_and_sum_to_the_budget(concurrency: int, workers: int) -> None:
+    shares = [worker_share(concurrency, workers, i) for i in range(workers)]
+    assert sum(shares) == concurrency
+    assert set(shares) <= {concurrency // workers, -(-concurrency // workers)}
+
+
+def test_every_worker_gets_at_least_one_slot() -> None:
+    assert [worker_share(2, 4, i) for i in range(4)] == [1, 1, 1, 1]
+
+
+def test_worker_slot_reads_xdist_workerinput() -> None:
+    assert worker_slot(None) is None
+    assert worker_slot({"workerid": "gw3", "workercount": 4}) == (3, 4)
+
+
+# -- the claim board ---------------------------------------------------------------------------
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_claim_is_won_once_and_names_its_pid(tmp_path: Path) -> None:
+    a, b = ClaimBoard(tmp_path, pid=111), ClaimBoard(tmp_path, pid=222)
+    assert a.claimant("x::t[r0]") is None
+    assert a.claim("x::t[r0]")
+    assert not b.claim("x::t[r0]")
+    assert b.claimant("x::t[r0]") == 111
+    b.release("x::t[r0]")  # not b's claim: nothing happens
+    assert a.claimed("x::t[r0]")
+    a.release("x::t[r0]")
+    assert not a.claimed("x::t[r0]")
+    assert b.claim("x::t[r0]")
+
+
+def test_one_taker_wins_a_dead_claimants_trial(tmp_path: Path) -> None:
+    dead = dead_pid()
+    ClaimBoard(tmp_path, pid=dead).claim("n")
+    assert not alive(dead)
+    takers = [ClaimBoard(tmp_path, pid=1000 + i) for i in range(3)]
+    wins = [board.take_over("n", dead) for board in takers]
+    assert wins == [True, False, False]
+    assert takers[1].claimant("n") == 1000
+
+
+def test_published_outcomes_read_back_equal(tmp_path: Path) -> None:
+    board = ClaimBoard(tmp_path)
+    outcome = TrialOutcome(
+        nodeid="d.jsonl::abc[r1]",
+        task_hash="abc" * 20,
+        repeat=1,
+        line=3,
+        dataset="d.jsonl",
+        reward=0.5,
+        answer={"reward": 0.5, "text": "ü \\boxed{E}"},
+        request={"responses_create_params": {}},
+        latency_s=0.25,
+        tokens={"total_tokens": 7},
+    )
+    assert board.read(outcome.nodeid) is None
+    assert board.claim(outcome.nodeid)
+    assert board.state(outcome.nodeid) == (board.pid, None)
+    board.publish(outcome)
+    assert ClaimBoard(tmp_path).state(outcome.nodeid) == (board.pid, replace(outcome, request=None))
+    assert TrialOutcome.from_json({**outcome.to_json(), "future_field": 1}) == outcome
+
+
+def test_a_claim_left_empty_by_a_dead_writer_expires(tmp_path: Path) -> None:
+    board = ClaimBoard(tmp_path)
+    path = Path(board._path("n"))
+    path.touch()
+    assert board.claimant("n") == -1  # being written: alive
+    os.utime(path, (time.time() - 60, time.time() - 60))
+    assert board.claimant("n") == 0
+    assert not alive(0)
+
+
+# -- one process ---------------------------------------------------------------------------------
+
+
+def test_concurrency_bounds_rollouts_in_flight(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 0.1
+    specs = make_specs(tmp_path, 6, repeats=4)
+    dispatcher = make_dispatcher(fake, concurrency=4)
+    dispatcher.plan(specs)
+    started = time.monotonic()
+    try:
+        outcomes = [dispatcher.result(spec) for spec in specs]
+    finally:
+        dispatcher.close()
+    elapsed = time.monotonic() - started
+    assert [o.nodeid for o in outcomes] == [s.nodeid for s in specs]
+    assert all(o.reward == 1.0 for o in outcomes)
+    assert sorted(runs(fake)) == sorted((s.task_index, s.repeat) for s in specs)
+    assert fake.max_in_flight == 4
+    assert 0.55 < elapsed < 2.0  # 24 trials, 4 at a time, 0.1 s each: 0.6 s
+
+
+def test_lookahead_bounds_prefetch(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 20)
+    dispatcher = make_dispatcher(fake, concurrency=8, lookahead=5)
+    dispatcher.plan(specs)
+    try:
+        wait_for(lambda: len(runs(fake)) >= 5)
+        time.sleep(0.2)
+        assert len(runs(fake)) == 5
+        dispatcher.result(specs[9])  # pytest jumped ahead: trial 9 runs now, the 5 after it are prefetched
+        wait_for(lambda: len(runs(fake)) >= 11)
+        time.sleep(0.2)
+        assert sorted(index for index, _ in runs(fake)) == [0, 1, 2, 3, 4, 9, 10, 11, 12, 13, 14]
+    finally:
+        dispatcher.close()
+
+
+def test_nothing_is_dispatched_without_a_plan_or_a_request(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 3)
+    dispatcher = make_dispatcher(fake, concurrency=4)
+    dispatcher.plan([])
+    time.sleep(0.2)
+    assert runs(fake) == []
+    assert dispatcher.result(specs[1]).reward == 1.0
+    dispatcher.close()
+    assert runs(fake) == [(1, 0)]
+
+
+def test_stop_cancels_in_flight_and_starts_nothing(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 5.0
+    specs = make_specs(tmp_path, 10)
+    dispatcher = make_dispatcher(fake, concurrency=2)
+    dispatcher.plan(specs)
+    wait_for(lambda: len(runs(fake)) == 2)
+    started = time.monotonic()
+    dispatcher.stop()
+    assert time.monotonic() - started < 3
+    assert dispatcher.result(specs[0]).error_class == "cancelled"
+    with pytest.raises(concurrent.futures.CancelledError):
+        dispatcher.result(specs[5])
+    dispatcher.close()
+    assert len(runs(fake)) == 2
+
+
+def test_listener_records_each_trial_once_and_its_errors_do_not_hang(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 4)
+    dispatcher = make_dispatcher(fake, concurrency=2)
+    seen: list[str] = []
+
+    def listener(outcome: TrialOutcome) -> None:
+        seen.append(outcome.nodeid)
+        raise OSError("disk full")
+
+    dispatcher.listeners.append(listener)
+    dispatcher.plan(specs)
+    assert all(dispatcher.result(spec).ok for spec in specs)
+    dispatcher.close()
+    assert sorted(seen) == sorted(s.nodeid for s in specs)
+    assert dispatcher.problems[0] == "recording a rollout failed: OSError: disk full"
+
+
+# -- workers sharing a claim board ----------------------------------------------------------
+
+
+def test_two_workers_run_every_trial_once(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 0.02
+    specs = make_specs(tmp_path, 10, repeats=3)
+    board_dir = tmp_path / "board"
+    workers = [make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir))) for _ in range(2)]
+    recorded: list[list[str]] = [[], []]
+    for dispatcher, record in zip(workers, recorded, strict=True):
+        dispatcher.listeners.append(lambda o, record=record: record.append(o.nodeid))
+        dispatcher.plan(specs)
+    results: dict[str, TrialOutcome] = {}
+
+    def run(worker: int) -> None:
+        for spec in specs[worker::2]:  # xdist hands out the items; each worker waits for its own
+            results[spec.nodeid] = workers[worker].result(spec)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for dispatcher in workers:
+        dispatcher.close()
+    assert len(runs(fake)) == len(set(runs(fake))) == len(specs)
+    assert fake.max_in_flight <= 4
+    assert sorted(results) == sorted(s.nodeid for s in specs)
+    assert all(outcome.reward == 1.0 for outcome in results.values())
+    # Each rollout is recorded once, by the process that ran it.
+    assert sorted(recorded[0] + recorded[1]) == sorted(s.nodeid for s in specs)
+
+
+def test_global_slots_are_shared_by_their_holders(tmp_path: Path) -> None:
+    first, second = GlobalSlots(tmp_path, 2), GlobalSlots(tmp_path, 2)
+    assert first.try_acquire() == 0
+    assert second.try_acquire() == 1
+    assert first.try_acquire() is None
+    assert second.try_acquire() is None
+    second.release(1)
+    assert first.try_acquire() == 1
+    first.close()  # closing releases what it held
+    assert second.try_acquire() == 0
+    second.close()
+
+
+def test_more_workers_than_slots_stay_within_the_slots(fake: StandinGym, tmp_path: Path) -> None:
+    """Three workers, one rollout each at a time, two run-wide slots: never more than two in flight."""
+    fake.latency_s = 0.05
+    specs = make_specs(tmp_path, 12)
+    board_dir = tmp_path / "board"
+    workers = [
+        make_dispatcher(fake, concurrency=1, claims=BoardClaims(ClaimBoard(board_dir), GlobalSlots(board_dir, 2)))
+        for _ in range(3)
+    ]
+    for dispatcher in workers:
+        dispatcher.plan(specs)
+    threads = [threading.Thread(target=lambda i=i: [workers[i].result(spec) for spec in specs[i::3]]) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for dispatcher in workers:
+        dispatcher.close()
+    assert len(runs(fake)) == len(set(runs(fake))) == 12
+    assert fake.max_in_flight == 2
+
+
+def test_a_dead_workers_claim_is_taken_over(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 3)
+    board_dir = tmp_path / "board"
+    ClaimBoard(board_dir, pid=dead_pid()).claim(specs[1].nodeid)
+    dispatcher = make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir)))
+    dispatcher.plan(specs)
+    try:
+        outcomes = [dispatcher.result(spec) for spec in specs]
+    finally:
+        dispatcher.close()
+    assert all(o.reward == 1.0 for o in outcomes)
+    assert sorted(runs(fake)) == [(0, 0), (1, 0), (2, 0)]
+
+
+def test_a_live_claimant_that_never_publishes_is_a_timeout_error(
+    fake: StandinGym, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatch, "CLAIM_WAIT_MARGIN_S", 0.3)
+    specs = make_specs(tmp_path, 1)
+    board_dir = tmp_path / "board"
+    ClaimBoard(board_dir, pid=os.getppid()).claim(specs[0].nodeid)
+    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.base_url + "/run"})
+    dispatcher = Dispatcher(
+        endpoint, concurrency=1, trial_timeout=0.2, default_agent=None, claims=BoardClaims(ClaimBoard(board_dir))
+    )
+    try:
+        started = time.monotonic()
+        outcome = dispatcher.result(specs[0])
+        assert 0.4 < time.monotonic() - started < 3
+    finally:
+        dispatcher.close()
+    assert outcome.error_class == "timeout"
+    assert f"pid {os.getppid()}" in (outcome.error or "")
+    assert runs(fake) == []
+
+
+def test_a_worker_drains_what_it_claimed_at_close(fake: StandinGym, tmp_path: Path) -> None:
+    """A worker that finished its items still completes the rollouts another worker may wait for."""
+    fake.latency_s = 0.3
+    specs = make_specs(tmp_path, 4)
+    board_dir = tmp_path / "board"
+    dispatcher = make_dispatcher(fake, concurrency=4, claims=BoardClaims(ClaimBoard(board_dir)))
+    dispatcher.plan(specs)
+    wait_for(lambda: len(runs(fake)) == 4)
+    dispatcher.close()
+    reader = ClaimBoard(board_dir)
+    assert all(reader.read(spec.nodeid) is not None for spec in specs)
+
+
+def test_a_stopped_worker_gives_its_claims_back(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 5.0
+    specs = make_specs(tmp_path, 2)
+    board_dir = tmp_path / "board"
+    dispatcher = make_dispatcher(fake, concurrency=2, claims=BoardClaims(ClaimBoard(board_dir)))
+    dispatcher.plan(specs)
+    wait_for(lambda: len(runs(fake)) == 2)
+    dispatcher.stop()
+    dispatcher.close()
+    reader = ClaimBoard(board_dir)
+    assert [reader.claimant(s.nodeid) for s in specs] == [None, None]
+    assert [reader.read(s.nodeid) for s in specs] == [None, None]
+
+
+def test_the_switch_interval_is_lowered_while_dispatchers_run(fake: StandinGym, tmp_path: Path) -> None:
+    before = sys.getswitchinterval()
+    first = make_dispatcher(fake, concurrency=1)
+    second = make_dispatcher(fake, concurrency=1)
+    assert sys.getswitchinterval() == min(before, dispatch.SWITCH_INTERVAL_S)
+    first.close()
+    assert sys.getswitchinterval() == min(before, dispatch.SWITCH_INTERVAL_S)
+    second.close()
+    second.close()
+    assert sys.getswitchinterval() == before
+
+
+def test_close_shuts_the_event_loop_and_its_thread(fake: StandinGym, tmp_path: Path) -> None:
+    """An unclosed loop keeps its selector's descriptors (a ResourceWarning on Python 3.10)."""
+    specs = make_specs(tmp_path, 3)
+    dispatcher = make_dispatcher(fake, concurrency=2)
+    dispatcher.plan(specs[:2])
+    assert dispatcher.result(specs[0]).reward == 1.0
+    dispatcher.close()
+    assert dispatcher._loop.is_closed()
+    assert not dispatcher._thread.is_alive()
+    dispatcher.close()  # a second close (the session's end after a crash path) is harmless
+    with pytest.raises(concurrent.futures.CancelledError):  # not "RuntimeError: Event loop is closed"
+        dispatcher.result(specs[2])
