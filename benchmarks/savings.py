@@ -13,9 +13,10 @@ its task's chance. Two parts:
    takes, and how often its verdict equals the full suite's.
 2. **End to end**: ``pytest`` against a stochastic stand-in of a Gym head (``--serve``: the head's routes
    and one agent whose ``/run`` rewards a trial by a seeded hash of its row and repeat against the row's
-   ``chance``; ``benchmarks/shards.py``'s server), once running everything and once with ``--gym-sequential
-   --gym-seed``, at ``--gym-concurrency`` 8: the trials each ran (from the summary: trials run vs skipped
-   'sequential'), the two gate verdicts, and the wall times side by side (``--e2e-max`` caps the size).
+   ``chance``; the tests' stand-in Gym, served by ``benchmarks/shards.py``), once running everything and
+   once with ``--gym-sequential --gym-seed``, at ``--gym-concurrency`` 8: the trials each ran (from the
+   summary: trials run vs skipped 'sequential'), the two gate verdicts, and the wall times side by side
+   (``--e2e-max`` caps the size).
 
 Measured on a shared 2-core machine (Dec 2026; ``--sizes 100,1000,10000 --suites 200 --e2e-max 10000``):
 simulated, a sequential run takes 30% / 86% / 30% of the trials at true means 0.6 / 0.8 / 0.95 on 100 tasks,
