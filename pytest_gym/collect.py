@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +20,16 @@ import pytest
 
 from pytest_gym.core.dataset import DatasetError, Task, read_tasks
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import TRIALS_PROPERTY, TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
+from pytest_gym.core.taskrule import parse_task_rule
 from pytest_gym.current import current_session
 from pytest_gym.judge.known import KnownFailures
 from pytest_gym.judge.messages import failure_message, fault_message
+from pytest_gym.judge.sequential import task_order
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
+from pytest_gym.runner.sources import NotRun
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
 
 
@@ -130,6 +134,10 @@ class GymTrial(pytest.Function):
 
     spec: TrialSpec
 
+    @property
+    def specs(self) -> list[TrialSpec]:
+        return [self.spec]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # pytest >= 9.2 keeps structured node ids. Without a callspec our "[rN]" would be part
@@ -151,6 +159,96 @@ class GymTrial(pytest.Function):
         return found
 
 
+class GymTask(pytest.Function):
+    """--gym-verdict task: one task, all its repeats (``specs``), judged together by ``--gym-task-pass``."""
+
+    specs: list[TrialSpec]
+    rule: str = "all"
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        task = self.specs[0].task
+        return self.path, task.line - 1, f"{self.path.name}:{task.line} {self.name}"
+
+    def listextrakeywords(self) -> set[str]:
+        found = super().listextrakeywords()
+        parent = self.parent
+        if self.specs[0].task.packed_fields and isinstance(parent, GymDatasetFile):
+            found.update(_keywords(self.specs[0].task, frozenset(parent.keyword_fields)))
+        return found
+
+
+@dataclass
+class TaskRun:
+    """A task's trials as its setup phase found them: what ran, and whether the task passes."""
+
+    outcomes: list[TrialOutcome]
+    passed: bool
+    successes: int
+
+
+def run_task(item: GymTask, outcome_of: Callable[[TrialSpec], TrialOutcome]) -> TaskRun:
+    """Run (or take) every trial of ``item``: its properties carry each trial's (``TRIALS_PROPERTY``) and the
+    task's own. A task whose verdict its trials do not settle is an error when trials faulted, and skipped when
+    trials were not run (a budget, or its suite decided without it)."""
+    specs = item.specs
+    ran: list[TrialOutcome] = []
+    carried: list[TrialOutcome] = []
+    faults: list[str] = []
+    skips: list[str] = []
+    for spec in specs:
+        try:
+            outcome = outcome_of(spec)
+        except NotRun as exc:
+            if exc.fault is not None:
+                carried.append(exc.fault)
+            (skips if exc.skipped else faults).append(exc.message)
+            continue
+        carried.append(outcome)
+        if outcome.ok:
+            ran.append(outcome)
+        else:
+            faults.append(fault_message(outcome))
+    rule = parse_task_rule(item.rule)
+    min_reward = specs[0].min_reward
+    successes = sum(1 for o in ran if o.reward is not None and o.reward >= min_reward)
+    verdict = rule.decided(len(specs), successes, len(ran) - successes)
+    task = specs[0].task
+    item.user_properties.extend(
+        [
+            ("gym_task", task.short_hash),
+            ("gym_line", task.line),
+            ("gym_task_pass", rule.text),
+            ("gym_repeats", len(specs)),
+            ("gym_trials_run", len(ran)),
+            ("gym_successes", successes),
+            (TRIALS_PROPERTY, [[list(p) for p in o.to_properties()] for o in carried]),
+        ]
+    )
+    if verdict is None:
+        if faults:
+            shown = "\n".join(faults[:3]) + (f"\n... and {len(faults) - 3} more" if len(faults) > 3 else "")
+            pytest.fail(clean_text(f"the task's trials do not decide it, {len(faults)} faulted:\n{shown}"), False)
+        pytest.skip(skips[0] if skips else "no trial of the task ran")
+    return TaskRun(ran, verdict, successes)
+
+
+def gym_task(gym_task_run: TaskRun, request: pytest.FixtureRequest) -> None:
+    """Judge one task by --gym-task-pass (its trials ran in setup)."""
+    if gym_task_run.passed:
+        return
+    item: GymTask = request.node
+    spec = item.specs[0]
+    run = gym_task_run
+    rewards = ", ".join(f"{o.reward:g}" for o in run.outcomes if o.reward is not None)
+    head = (
+        f"task {spec.task.short_hash} ({spec.task.path}:{spec.task.line}) failed --gym-task-pass {item.rule}: "
+        f"{run.successes} of {len(run.outcomes)} trials reached min_reward {spec.min_reward:g} (rewards {rewards})"
+    )
+    low = next((o for o in run.outcomes if o.reward is not None and o.reward < spec.min_reward), None)
+    detail = f"\n{failure_message(low, spec.min_reward, spec.reward_key)}" if low is not None else ""
+    pytest.fail(clean_text(head + detail, MAX_MESSAGE), pytrace=False)
+
+
 class GymDatasetFile(pytest.File):
     """A jsonl dataset given with ``--gym-dataset`` (or the ``gym_dataset`` ini setting)."""
 
@@ -162,6 +260,11 @@ class GymDatasetFile(pytest.File):
     keyword_fields: tuple[str, ...] = DEFAULT_KEYWORD_FIELDS
     marker_field: str | None = None
     trace_url: str | None = None
+    #: --gym-sequential: the suite's tasks run in a seeded random order (``sequential_order``).
+    sequential: bool = False
+    #: --gym-verdict task: one item per task, judged by ``task_pass``.
+    per_task: bool = False
+    task_pass: str = "all"
     #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
     shard: Shard | None = None
     dataset_path: Path
@@ -180,12 +283,15 @@ class GymDatasetFile(pytest.File):
         self.min_reward = settings.min_reward
         self.reward_key = settings.reward_key
         self.xfail_low = settings.verdict == "gate"
+        self.per_task = settings.verdict == "task"
+        self.task_pass = settings.task_pass
         self.keyword_fields = settings.keyword_field or DEFAULT_KEYWORD_FIELDS
         self.marker_field = settings.marker_field
         self.trace_url = settings.trace_url
+        self.sequential = settings.sequential
         self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
 
-    def collect(self) -> Iterable[GymTrial]:
+    def collect(self) -> Iterable[GymTrial | GymTask]:
         fields = tuple(dict.fromkeys((*self.keyword_fields, *([self.marker_field] if self.marker_field else []))))
         tasks = read_tasks(self.dataset_path, self._row_hook(), fields)
         if not tasks:
@@ -204,6 +310,9 @@ class GymDatasetFile(pytest.File):
             if self.shard is not None and not self.shard.holds(task.hash):
                 continue  # another job's task; its index stays the run's (Gym's _ng_task_index)
             task_marks = self._marks(task, marks) if self.marker_field and task.packed_fields else ()
+            if self.per_task:
+                yield self._task_item(task, index, task_marks)
+                continue
             for repeat in range(self.repeats):
                 name = f"{task.short_hash}[r{repeat}]"
                 item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
@@ -222,6 +331,26 @@ class GymDatasetFile(pytest.File):
                 )
                 fixtureinfo = item._fixtureinfo  # one resolution per file, as pytest does for parametrize
                 yield item
+
+    def _task_item(self, task: Task, index: int, marks: Iterable[pytest.MarkDecorator]) -> GymTask:
+        """--gym-verdict task: one item for all the task's repeats (their node ids stay ``<task>[rN]``)."""
+        item: GymTask = GymTask.from_parent(self, name=task.short_hash, callobj=gym_task)
+        for mark in marks:
+            item.add_marker(mark)
+        item.rule = self.task_pass
+        item.specs = [
+            TrialSpec(
+                nodeid=f"{item.nodeid}[r{repeat}]",
+                task=task,
+                task_index=index,
+                repeat=repeat,
+                agent=self.agent,
+                min_reward=self.min_reward,
+                reward_key=self.reward_key,
+            )
+            for repeat in range(self.repeats)
+        ]
+        return item
 
     def _marks(self, task: Task, made: dict[str, pytest.MarkDecorator]) -> list[pytest.MarkDecorator]:
         """The markers ``--gym-marker-field`` gives this task's trials, registered once (so --strict-markers
@@ -285,10 +414,31 @@ class GymDatasetFile(pytest.File):
         return super().repr_failure(excinfo)
 
 
+def trial_specs(items: Iterable[pytest.Item]) -> list[TrialSpec]:
+    """The trials of ``items``, in item order (a task item's repeats in repeat order)."""
+    return [spec for item in items if isinstance(item, (GymTrial, GymTask)) for spec in item.specs]
+
+
+def sequential_order(items: list[pytest.Item], seed: int) -> None:
+    """--gym-sequential: each such suite's trials (or tasks) in the seeded random order of its tasks, a task's
+    repeats together, in place; every other item keeps its place (the suite's items take the places they had)."""
+    groups: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        parent = item.parent
+        if isinstance(item, (GymTrial, GymTask)) and isinstance(parent, GymDatasetFile) and parent.sequential:
+            groups.setdefault(item.nodeid.split("::", 1)[0], []).append(i)
+    for suite, positions in groups.items():
+        chosen: list[GymTrial | GymTask] = [items[i] for i in positions]  # type: ignore[misc]
+        rank = {h: n for n, h in enumerate(task_order(seed, suite, [t.specs[0].task.hash for t in chosen]))}
+        ordered = sorted(chosen, key=lambda t: (rank[t.specs[0].task.hash], t.specs[0].repeat))
+        for i, trial in zip(positions, ordered, strict=True):
+            items[i] = trial
+
+
 class GymSuiteFile(GymDatasetFile):
     """A ``*.gym.yaml`` suite file: its dataset's trials, judged with the file's settings."""
 
-    def collect(self) -> Iterable[GymTrial]:
+    def collect(self) -> Iterable[GymTrial | GymTask]:
         config = self.config
         settings, suite = suite_settings(
             self.path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Generator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,27 +22,36 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault
+from pytest_gym.collect import (
+    GymDatasetFile,
+    GymSuiteFile,
+    GymTask,
+    GymTrial,
+    raise_fault,
+    sequential_order,
+    trial_specs,
+)
 from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties, task_trials
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
+from pytest_gym.judge.sequential import run_seed
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
 from pytest_gym.judge.verdict_word import annotate
-from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit
+from pytest_gym.report.junit import JUnitUnusable, postprocess_junit, summary_properties
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import run_lines, write_section
 from pytest_gym.review import compare_answers
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
-from pytest_gym.runfolder.layout import EXPORTED_FILES, RUN_STARTED_FILE
+from pytest_gym.runfolder.layout import EXPORTED_FILES
 from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
-from pytest_gym.runfolder.runinfo import dataset_entries
+from pytest_gym.runfolder.runinfo import write_shard_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import write_summary
 from pytest_gym.runner.plan import PlanError, RunPlan, build_plan
@@ -117,19 +125,7 @@ class GymSession:
         for name in settings.secret_env:
             add_secret(os.environ.get(name, ""))
         if self.owner:
-            judged = settings.model_copy(update={"baseline": None, "update_baseline": False})
-            self.results = SuiteResults(
-                judged if self.deferred else settings,
-                self.gates,
-                settings_for=self.suites.judged_settings,
-                known=plan.known,
-            )
-            self.results.narrowed = bool(
-                config.getoption("keyword")
-                or config.getoption("markexpr")
-                or config.getoption("deselect", None)
-                or config.getoption("lf", False)
-            )
+            self.results = self.suites.results(plan.known, run_seed(settings.seed, str(plan.run_dir)))
             self.exporters = self._configured_exporters()
 
     @property
@@ -172,32 +168,21 @@ class GymSession:
             raise pytest.UsageError(str(exc)) from None
         session = cls(config, plan)
         if owner and plan.settings.run_timeout is not None:
-            plan.run_dir.mkdir(parents=True, exist_ok=True)
-            (plan.run_dir / RUN_STARTED_FILE).write_text(repr(time.time()), encoding="utf-8")
+            session.run.mark_started()
         config.stash[SESSION_KEY] = session
         config.pluginmanager.register(session, SESSION_PLUGIN)
         session._install_sigterm()
         if owner and plan.shard is not None and not config.option.collectonly:
-            session.run.write_shard_info(
-                str(plan.shard), dataset_entries(plan.settings.dataset, config.rootpath), config.rootpath
-            )
+            write_shard_info(plan.run_dir, plan.settings, str(plan.shard), config.rootpath)
         return session
 
     def _configured_exporters(self) -> list[Exporter]:
-        if not self.settings.export and not self.settings.export_opt:
-            return []
-        from pytest_gym.exporters.registry import BuiltinExports, available_exporters, configure_exporters
+        from pytest_gym.exporters.registry import configured_exporters
 
-        extra = [cls for group in self.config.hook.pytest_gym_exporters() for cls in group]
         try:
-            exporters = configure_exporters(
-                self.settings.export, self.settings.export_opt, available_exporters(extra=extra)
-            )
+            return configured_exporters(self.settings, self.config.hook.pytest_gym_exporters, self.config.pluginmanager)
         except ExportConfigError as exc:
             raise pytest.UsageError(f"pytest-gym: {exc}") from None
-        if exporters:
-            self.config.pluginmanager.register(BuiltinExports(exporters), "pytest-gym-exports")
-        return exporters
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
@@ -224,14 +209,17 @@ class GymSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config: pytest.Config, items: list[Any]) -> None:
-        """--gym-merge: every selected trial must come from a shard; else refuse, or deselect them when allowed."""
+        """--gym-sequential: suites in their seeded order. --gym-merge: every selected trial must come from a shard;
+        else refuse, or deselect them when allowed."""
+        sequential_order(items, run_seed(self.settings.seed, str(self.run_dir)))
         merged = self.merged
         if merged is None:
             return
-        missing = [i for i in items if isinstance(i, GymTrial) and i.spec.key not in merged]
+        lacking = [(i, s) for i in items if isinstance(i, (GymTrial, GymTask)) for s in i.specs if s.key not in merged]
+        missing = list({id(item): item for item, _ in lacking}.values())
         if not missing:
             return
-        trials = [MissingTrial(item.nodeid, item.spec.task.hash, item.spec.repeat) for item in missing]
+        trials = [MissingTrial(s.nodeid, s.task.hash, s.repeat) for _, s in lacking]
         if self.settings.merge_allow_missing:
             message = missing_message(trials, merged.folders, "Deselected (--gym-merge-allow-missing).")
             self.add_note(message.removeprefix("pytest-gym merge: "))
@@ -248,7 +236,7 @@ class GymSession:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
+        self.progress.total = len(self.plan(session))
         if self.progress.total and not self.config.option.collectonly:
             self._step("recording the task ranges", self.suites.record_task_ranges)
             if self.owner:
@@ -263,27 +251,22 @@ class GymSession:
         starts its workers): the trials, wherever they run, only read the verdicts from the run folder."""
         if not self.owner or not self.settings.rescore or self.config.option.collectonly:
             return
-        from pytest_gym.gym.rescore import UnsafeRescore, moved, moved_note, write_rescore_info
+        from pytest_gym.gym.rescore import UnsafeRescore, moved_note
 
         source = Path(self.settings.rescore)
         try:
-            result = self.run.rescore(source)
+            report = self.run.rescore_all(source, self.settings.min_reward, self.settings.task_pass)
         except (UnsafeRescore, RecordError) as exc:
             raise pytest.UsageError(f"pytest-gym: --gym-rescore {source}: {exc}") from None
-        except GymError as exc:
-            error = clean_text(f"pytest-gym: --gym-rescore: {exc}", MAX_MESSAGE)
-            write_rescore_info(self.run_dir, source, None, error)
-            return
-        report = moved(result, self.settings.min_reward, self.settings.task_pass)
-        self.rescore_report = {"source": str(source), **report}
-        write_rescore_info(self.run_dir, source, report)
-        self.add_note(moved_note(source, report))
+        if report is not None:
+            self.rescore_report = {"source": str(source), **report}
+            self.add_note(moved_note(source, report))
 
     # -- trials ------------------------------------------------------------------------------------
 
     def plan(self, session: pytest.Session) -> list[TrialSpec]:
         """Every selected trial, in run order (identical on all xdist workers, which claim them from one another)."""
-        return [item.spec for item in session.items if isinstance(item, GymTrial)]
+        return trial_specs(session.items)
 
     def _source(self, session: pytest.Session) -> TrialSource:
         """Where this process's trials get their outcomes: chosen once, with the first trial."""
@@ -296,7 +279,7 @@ class GymSession:
             parse_error_budget(settings.max_errors),
             self._errors,
             len(self.plan(session)),
-            self._run_deadline(),
+            self.run.deadline(),
         )
         source: TrialSource = fresh
         if self.merged is not None:
@@ -323,9 +306,14 @@ class GymSession:
             source = self._source(session)
             planned = self.plan(session)
             self.run.settings = self.suites.start_settings()
-            return self.run.open(planned, worker_queue(session, planned), skip=source.answered_here(planned))
+            admission = self.suites.admission(planned, source.known(planned))
+            return self.run.open(planned, worker_queue(session, planned), source.answered_here(planned), admission)
         except GymError as exc:
             pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)
+
+    def spec_outcome(self, session: pytest.Session, spec: TrialSpec) -> TrialOutcome:
+        """One trial's outcome from this run's source (``NotRun`` when it has none): a task item's trials."""
+        return self._source(session).outcome(spec)
 
     def trial_outcome(self, item: GymTrial) -> TrialOutcome:
         """The outcome of ``item`` from this run's source; a fault fails the setup phase."""
@@ -334,6 +322,8 @@ class GymSession:
         except NotRun as exc:
             if exc.fault is not None:
                 item.user_properties.extend(exc.fault.to_properties())
+            if exc.skipped:
+                pytest.skip(exc.message)
             message = exc.message
         else:
             item.user_properties.extend(outcome.to_properties(item.spec.trace_url))
@@ -342,17 +332,6 @@ class GymSession:
             self._errors.add()
             raise_fault(outcome, item.spec.trace_url)
         pytest.fail(message, pytrace=False)  # outside the except block: no chained traceback in the report
-
-    def _run_deadline(self) -> float | None:
-        """When --gym-run-timeout ends the run (epoch seconds), from the owner's start; None without it."""
-        timeout = self.settings.run_timeout
-        if timeout is None:
-            return None
-        try:
-            started = float((self.run_dir / RUN_STARTED_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            started = time.time()
-        return started + timeout
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
@@ -369,12 +348,18 @@ class GymSession:
         if report.when != "teardown":
             return
         setup_error = self._setup_errors.pop(report.nodeid, None)
+        for trial in task_trials(report.nodeid, report.user_properties):  # a task's (--gym-verdict task)
+            self._add_trial(trial, errored=False)
         outcome = from_properties(report.nodeid, report.user_properties)
         if outcome is None:
             return
         if setup_error is not None:
             outcome.error, outcome.error_class = setup_error, outcome.error_class or "setup"
-        self.results.add(outcome, errored=setup_error is not None)
+        self._add_trial(outcome, errored=setup_error is not None)
+
+    def _add_trial(self, outcome: TrialOutcome, errored: bool) -> None:
+        assert self.results is not None
+        self.results.add(outcome, errored=errored)
         self.progress.add(outcome)
         if self.early_aggregate and self.progress.done == self.progress.total:
             self.run.start_aggregate()
@@ -455,7 +440,7 @@ class GymSession:
     def _judge(self, session: pytest.Session) -> None:
         """Judge the suites and write the summary, whatever Gym answered: each step may fail on its own."""
         results = self.results
-        if results is None or not results.trials:
+        if results is None or not (results.trials or results.skips):
             return
         entries = None
         if self.merged is not None:
@@ -500,6 +485,7 @@ class GymSession:
             summary.shard, summary.verdicts = str(self.shard), "deferred" if self.deferred else "judged"
         if self.merged is not None:
             summary.merged_from = [f.label for f in self.merged.folders]
+        summary.budget = results.run_budget()
         self.summary = summary
         self._step("writing the summary", write_summary, self.run_dir, summary, self.settings.summary)
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
@@ -533,10 +519,15 @@ class GymSession:
         xmlpath = getattr(self.config.option, "xmlpath", None)
         if not xmlpath or not Path(xmlpath).exists():
             return
-        suites = {name: flat_properties(suite) for name, suite in (self.summary.suites if self.summary else {}).items()}
         try:
             health = self.results.health_properties() if self.results is not None else {}
-            postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True, case_properties=health)
+            postprocess_junit(
+                Path(xmlpath),
+                summary_properties(self.summary),
+                xsd_strict=True,
+                keep_errors=True,
+                case_properties=health,
+            )
         except JUnitUnusable as exc:
             self.add_note(str(exc))
             if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -586,7 +577,7 @@ class GymSession:
             self.exports,
             self.settings.baseline,
             deferred=(self.deferred, self.deferred_gates) if self.deferred else None,
-            extra=[*self.suites.gym_metric_lines, *run_lines(self.summary)],
+            extra=[*run_lines(self.summary), *self.suites.gym_metric_lines],
         )
         return result
 

@@ -40,6 +40,12 @@ class SuiteFile(BaseModel):
     max_regression: float | None = Field(None, ge=0)
     reward_key: str | None = None
     verdict: str | None = None
+    task_pass: str | None = None
+    #: This suite's own budget (besides the run's --gym-max-cost/--gym-max-tokens).
+    max_cost: float | None = Field(None, ge=0, allow_inf_nan=False)
+    max_tokens: int | None = Field(None, ge=0)
+    repeats_adaptive: bool | None = None
+    sequential: bool | None = None
 
 
 def load_suite_file(path: Path) -> SuiteFile:
@@ -132,6 +138,9 @@ def suite_settings(
         ("max_regression", "max_regression"),
         ("reward_key", "reward_key"),
         ("verdict", "verdict"),
+        ("task_pass", "task_pass"),
+        ("repeats_adaptive", "repeats_adaptive"),
+        ("sequential", "sequential"),
     ):
         value = getattr(suite, key)
         if value is not None:
@@ -149,6 +158,18 @@ def suite_settings(
             parse_gate(text)
         except GateSyntaxError as exc:
             raise SuiteFileError(f"{path}: bad gate from suite file {path} (key gates): {exc}") from None
+    if suite.max_cost is not None and settings.price_in is None and settings.price_out is None:
+        raise SuiteFileError(
+            f"{path}: key max_cost needs the prices to count the cost: --gym-price-in and --gym-price-out"
+        )
+    if settings.repeats_adaptive:
+        for text in settings.gate:
+            gate = parse_gate(text)
+            if (gate.metric in ("pass@", "pass^") and (gate.k or 1) > 1) or gate.metric == "flaky_rate":
+                raise SuiteFileError(
+                    f"{path}: gate {gate.label} needs every repeat of every task, and repeats_adaptive stops a "
+                    "decided task's repeats early: drop the gate or repeats_adaptive"
+                )
     if suite.benchmark:
         return settings, suite
     assert suite.dataset is not None

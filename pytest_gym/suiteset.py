@@ -12,7 +12,7 @@ import fnmatch
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +20,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.options import is_suite_file
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import SuiteVerdict
@@ -27,6 +28,11 @@ from pytest_gym.runfolder.layout import BENCHMARK_METRICS_FILE
 from pytest_gym.runfolder.runinfo import TaskRanges, record_task_ranges
 from pytest_gym.runner.plan import PlanError, gates_of
 from pytest_gym.suitefile import suite_settings
+
+if TYPE_CHECKING:
+    from pytest_gym.judge.known import KnownFailures
+    from pytest_gym.judge.suites import SuiteResults
+    from pytest_gym.rollout.admission import Admission
 
 
 def usage_gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
@@ -167,6 +173,20 @@ class Suites:
         norecurse = config.getini("norecursedirs")
         config.args.extend(d for d in datasets if d not in known and not _in_a_searched_dir(d, config.args, norecurse))
 
+    def results(self, known: KnownFailures | None, seed: int) -> SuiteResults:
+        """The owner's collector of trial outcomes, judged per suite with each suite's own settings at the end."""
+        from pytest_gym.judge.suites import SuiteResults
+
+        settings, option = self.settings, self.config.getoption
+        judged = settings.model_copy(update={"baseline": None, "update_baseline": False}) if self.deferred else settings
+        results = SuiteResults(
+            judged, self.gates, settings_for=self.judged_settings, known=known, limits_for=self.suite_limits, seed=seed
+        )
+        # Only the selected trials count: the summary says when a selection narrowed the suite.
+        narrowing = (option("keyword"), option("markexpr"), option("deselect", None), option("lf", False))
+        results.narrowed = any(narrowing)
+        return results
+
     def judged_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
         """A suite's settings as the owner judges it: without its baseline while verdicts are deferred."""
         settings, gates = self.suite_settings(suite)
@@ -186,6 +206,32 @@ class Suites:
             path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
         )
         return settings, usage_gates(settings.gate, f"suite file {path}")
+
+    def suite_limits(self, suite: str) -> tuple[float | None, int | None, str] | None:
+        """A suite file's own budget (``max_cost``, ``max_tokens``, where), apart from the run's."""
+        path = self.config.rootpath / suite
+        if not is_suite_file(path):
+            return None
+        from pytest_gym.suitefile import load_suite_file
+
+        found = load_suite_file(path)
+        return found.max_cost, found.max_tokens, f"suite file {suite}: max_cost/max_tokens"
+
+    def admission(self, planned: Sequence[TrialSpec], known: Sequence[TrialOutcome]) -> Admission | None:
+        """Which of ``planned`` start (budgets, adaptive repeats, sequential gates); None: all of them."""
+        from pytest_gym.judge.sequential import run_seed
+        from pytest_gym.runner.admit import build_admission, sequential_stopper
+
+        seed = run_seed(self.settings.seed, str(self.run_dir))
+        return build_admission(
+            self.run_dir,
+            self.settings,
+            planned,
+            lambda suite: self.suite_settings(suite)[0],
+            self.suite_limits,
+            known,
+            lambda suite, own: sequential_stopper(suite, own, self.suite_settings(suite)[1], planned, seed),
+        )
 
     def defer(self, verdicts: list[SuiteVerdict]) -> dict[str, tuple[list[str], bool]]:
         """In a shard: take the gates out of the verdicts (judged at the merge); per suite, their labels and

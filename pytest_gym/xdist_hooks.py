@@ -67,7 +67,11 @@ def worker_queue(session: pytest.Session, planned: Sequence[TrialSpec]) -> Calla
     if interactor is None or not hasattr(interactor, "torun"):
         return None
     position = {spec.nodeid: i for i, spec in enumerate(planned)}
-    plan_index = {i: position[item.nodeid] for i, item in enumerate(session.items) if item.nodeid in position}
+    plan_index = {}
+    for i, item in enumerate(session.items):  # a trial item, or a task item (--gym-verdict task): its first trial
+        first = next(iter(getattr(item, "specs", ())), None)
+        if first is not None and first.nodeid in position:
+            plan_index[i] = position[first.nodeid]
 
     def upcoming() -> Sequence[int]:
         torun: Any = getattr(interactor, "torun", None)

@@ -160,8 +160,9 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "verdict",
         "'trial': every low-reward trial fails (default); "
-        "'gate': low rewards are xfail, only gates, regressions and errors fail the run",
-        choices=("trial", "gate"),
+        "'gate': low rewards are xfail, only gates, regressions and errors fail the run; "
+        "'task': one test per task (<dataset>::<hash>), its repeats judged together by --gym-task-pass",
+        choices=("trial", "gate", "task"),
     ),
     Spec(
         "baseline",
@@ -215,9 +216,10 @@ SPECS: tuple[Spec, ...] = (
     # -- judging: task-pass rule, prices, row fields as keywords and markers --------------------------
     Spec(
         "task_pass",
-        "when a task passes, for new_failures/fixed and baselines: 'all' its trials reach --gym-min-reward "
-        "(default), a 'majority' of them, or 'any'",
-        choices=("all", "majority", "any"),
+        "when a task passes, for new_failures/fixed, baselines, --gym-verdict task and adaptive repeats: 'all' "
+        "its trials reach --gym-min-reward (default), a 'majority' of them, 'any', or at least a share of them "
+        "(0.8, or a count such as 4/5)",
+        metavar="all|majority|any|0.8|4/5",
     ),
     Spec("price_in", "price per million input tokens: adds the cost to the suite totals", "float", "PRICE"),
     Spec("price_out", "price per million output tokens: adds the cost to the suite totals", "float", "PRICE"),
@@ -354,6 +356,39 @@ SPECS += (
         "agent_type",
         "agent (NAME or NAME/FLAVOR) that runs the benchmarks and environments Gym starts (`--agent-type`)",
         metavar="NAME",
+    ),
+)
+
+# -- affordable runs (issue 22): budgets, adaptive repeats, sequential gates ------------------------------
+SPECS += (
+    Spec(
+        "max_cost",
+        "stop dispatching once the run's trials cost this much (needs --gym-price-in/--gym-price-out); trials in "
+        "flight finish, the rest are skipped; suite files: max_cost, the suite's own budget",
+        "float",
+        "USD",
+    ),
+    Spec(
+        "max_tokens",
+        "stop dispatching once the run's trials used this many tokens (Gym's usage); trials in flight finish, the "
+        "rest are skipped; suite files: max_tokens, the suite's own budget",
+        "int",
+        "N",
+    ),
+    Spec(
+        "repeats_adaptive",
+        "stop a task's repeats once its verdict under --gym-task-pass cannot change; the repeats not run are "
+        "skipped ('decided')",
+        "flag",
+    ),
+    Spec(
+        "sequential",
+        "run each suite's tasks in a seeded random order and stop once every gate is decided for the whole suite "
+        "at 95% (anytime-valid confidence sequences); the rest are skipped ('decided')",
+        "flag",
+    ),
+    Spec(
+        "seed", "seed of --gym-sequential's task order (default: from the run folder's name, new each run)", "int", "N"
     ),
 )
 

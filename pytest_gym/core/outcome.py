@@ -66,6 +66,7 @@ class TrialOutcome:
     error_class: str | None = None
     http_status: int | None = None
     agent: str | None = None
+    #: Usage (``USAGE_NAMES``): Gym's token counts, and an agent's turns and tool calls.
     tokens: dict[str, int] = field(default_factory=dict)
     reused: bool = False
     #: --gym-rescore: the reward is the current verifier's verdict on an earlier run's saved answer.
@@ -74,6 +75,9 @@ class TrialOutcome:
     trace_id: str | None = None
     #: Gym's health checks that found this trial's evidence broken (codes such as ``agent_turn_hollow``).
     health: tuple[str, ...] = ()
+    #: Not run, and reported as skipped: why (``budget``, ``decided``: its task's verdict was,
+    #: ``sequential``: its suite's gates were).
+    skipped: str | None = None
 
     @classmethod
     def for_spec(cls, spec: TrialSpec, **fields: Any) -> TrialOutcome:
@@ -103,7 +107,7 @@ class TrialOutcome:
         ]
         if self.reward is not None:
             props.append(("gym_reward", self.reward))
-        for name in ("input_tokens", "output_tokens", "total_tokens"):
+        for name in USAGE_NAMES:
             if name in self.tokens:
                 props.append((f"gym_{name}", self.tokens[name]))
         if self.error_class:
@@ -119,6 +123,8 @@ class TrialOutcome:
                 props.append(("gym_trace_url", link))
         if self.health:
             props.append(("gym_health", ",".join(self.health)))
+        if self.skipped:
+            props.append(("gym_skipped", self.skipped))
         return props
 
     def to_json(self) -> dict[str, Any]:
@@ -136,8 +142,11 @@ class TrialOutcome:
 
 #: The first property of every trial's reports; its presence marks a report as a trial's.
 TRIAL_MARK = "gym_task_hash"
+#: --gym-verdict task: a task's reports carry each of its trials' properties as one list under this name.
+TRIALS_PROPERTY = "gym_trials"
 _TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}\[r\d+\]$")
-_TOKENS = ("input_tokens", "output_tokens", "total_tokens")
+#: A trial's usage counts as ``tokens`` holds them: Gym's token counts, and the agent's turns and tool calls.
+USAGE_NAMES = ("input_tokens", "output_tokens", "total_tokens", "turns", "tool_calls")
 
 
 def is_trial_nodeid(nodeid: str) -> bool:
@@ -146,7 +155,25 @@ def is_trial_nodeid(nodeid: str) -> bool:
 
 
 def is_trial(properties: Iterable[tuple[str, object]]) -> bool:
-    return any(name == TRIAL_MARK for name, _ in properties)
+    """A trial's reports, or a task's (``--gym-verdict task``) carrying its trials'."""
+    return any(name in (TRIAL_MARK, TRIALS_PROPERTY) for name, _ in properties)
+
+
+def task_trials(nodeid: str, properties: Iterable[tuple[str, object]]) -> list[TrialOutcome]:
+    """The trials a task's reports carry (``--gym-verdict task``): each one's outcome, named ``<task>[rN]``."""
+    found = []
+    for name, value in properties:
+        if name != TRIALS_PROPERTY or not isinstance(value, list):
+            continue
+        for entry in value:
+            if not isinstance(entry, list):
+                continue
+            pairs = [(str(p[0]), p[1]) for p in entry if isinstance(p, (list, tuple)) and len(p) == 2]
+            repeat = _int(dict(pairs).get("gym_repeat"), 0)
+            outcome = from_properties(f"{nodeid}[r{repeat}]", pairs)
+            if outcome is not None:
+                found.append(outcome)
+    return found
 
 
 def _int(value: object, default: int) -> int:
@@ -177,7 +204,7 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
     if TRIAL_MARK not in props:
         return None
     error_class = props.get("gym_error_class")
-    tokens = {name: _int(props[f"gym_{name}"], 0) for name in _TOKENS if f"gym_{name}" in props}
+    tokens = {name: _int(props[f"gym_{name}"], 0) for name in USAGE_NAMES if f"gym_{name}" in props}
     return TrialOutcome(
         nodeid=nodeid,
         task_hash=str(props[TRIAL_MARK]),
@@ -194,6 +221,7 @@ def from_properties(nodeid: str, properties: Iterable[tuple[str, object]]) -> Tr
         rescored=props.get("gym_rescored") is True,
         trace_id=_trace_id(props.get("gym_trace_id")),
         health=_codes(props.get("gym_health")),
+        skipped=str(props["gym_skipped"]) if props.get("gym_skipped") else None,
     )
 
 
@@ -215,3 +243,33 @@ def token_usage(answer: dict[str, Any]) -> dict[str, int]:
     if not isinstance(usage, dict):
         return {}
     return {k: int(v) for k, v in usage.items() if k.endswith("tokens") and is_int(v)}
+
+
+def agent_steps(answer: dict[str, Any]) -> dict[str, int]:
+    """An agent's ``turns`` (model calls) and ``tool_calls``, from the answer's Responses ``output`` items.
+
+    Gym's ``ng_trajectory`` turns when the answer has them; otherwise each run of model-made items (messages,
+    tool calls, reasoning) between tool outputs is one turn. Empty when the answer has no output list.
+    """
+    response = answer.get("response")
+    output = response.get("output") if isinstance(response, dict) else None
+    if not isinstance(output, list):
+        return {}
+    kinds = [item.get("type") for item in output if isinstance(item, dict)]
+    calls = sum(1 for kind in kinds if kind == "function_call")
+    trajectory = answer.get("ng_trajectory")
+    turns = trajectory.get("turns") if isinstance(trajectory, dict) else None
+    if isinstance(turns, list):
+        return {"turns": len(turns), "tool_calls": calls}
+    count, in_turn = 0, False
+    for kind in kinds:
+        if kind == "function_call_output":
+            in_turn = False
+        elif not in_turn:
+            count, in_turn = count + 1, True
+    return {"turns": count, "tool_calls": calls}
+
+
+def usage_of(answer: dict[str, Any]) -> dict[str, int]:
+    """What ``TrialOutcome.tokens`` holds for an answer: its token counts and its agent steps."""
+    return {**token_usage(answer), **agent_steps(answer)}

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pytest_gym.core.access import HOW_TO_PASS_HEADERS, GymAccess, gym_access, header_problem, origin
 from pytest_gym.core.masking import POLICY_KEY_ENV, mask_secrets
 from pytest_gym.core.options import SPECS, Spec
+from pytest_gym.core.taskrule import TaskRuleError, parse_task_rule
 from pytest_gym.core.tracing import trace_url_problem, tracestate_problem
 
 
@@ -60,7 +61,7 @@ class GymSettings(BaseModel):
     rescore_force: bool = False
     progress_interval: float = Field(10.0, gt=0)
     gate: tuple[str, ...] = ()
-    verdict: Literal["trial", "gate"] = "trial"
+    verdict: Literal["trial", "gate", "task"] = "trial"
     baseline: str | None = None
     update_baseline: bool = False
     baseline_run: str | None = None
@@ -73,7 +74,7 @@ class GymSettings(BaseModel):
     export_opt: tuple[str, ...] = ()
     export_soft: bool = False
     # -- judging: task-pass rule, prices, row fields as keywords and markers
-    task_pass: Literal["all", "majority", "any"] = "all"
+    task_pass: str = "all"
     price_in: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     price_out: float | None = Field(None, ge=0.0, allow_inf_nan=False)
     keyword_field: tuple[str, ...] = ()
@@ -102,6 +103,12 @@ class GymSettings(BaseModel):
     tracestate: str | None = None
     concurrency_adaptive: Literal["on", "off"] = "on"
     agent_type: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)?$")
+    # -- affordable runs (issue 22): budgets, adaptive repeats, sequential gates
+    max_cost: float | None = Field(None, ge=0.0, allow_inf_nan=False)
+    max_tokens: int | None = Field(None, ge=0)
+    repeats_adaptive: bool = False
+    sequential: bool = False
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
 
     @property
     def starts_gym(self) -> bool:
@@ -155,6 +162,14 @@ class GymSettings(BaseModel):
         if problem:
             raise ValueError(problem)
         return value
+
+    @field_validator("task_pass")
+    @classmethod
+    def _task_rule(cls, value: str) -> str:
+        try:
+            return parse_task_rule(value).text
+        except TaskRuleError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("env")
     @classmethod

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_gym.core.masking import known_secrets, mask_mapping, mask_secrets
-from pytest_gym.judge.summary import SuiteSummary, SummaryError, parse_summary
+from pytest_gym.judge.summary import SpendSummary, SuiteSummary, SummaryError, parse_summary
 from pytest_gym.runfolder.layout import SUMMARY_FILE
 
 ENTRY_POINT_GROUP = "pytest_gym.exporters"
@@ -73,6 +73,14 @@ class ExportRun:
             return parse_summary(self.summary).suites
         except SummaryError:
             return {}
+
+    @property
+    def budget(self) -> SpendSummary | None:
+        """The run's budget and spend (``--gym-max-cost``/``--gym-max-tokens``), when it had one."""
+        try:
+            return parse_summary(self.summary).budget
+        except SummaryError:
+            return None
 
     @classmethod
     def from_run_dir(

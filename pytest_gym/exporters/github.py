@@ -89,6 +89,21 @@ def _flaky(task: FlakyTask) -> str:
     return f"{_code(task.hash)}{line} {_text(f'{task.successes}/{task.repeats}')}"
 
 
+def _savings(m: SuiteSummary) -> list[str]:
+    """What a suite did not run and why, its budget, and how a sequential run decided it."""
+    found = []
+    if m.cut_short:
+        found.append(f"**undecided**: {m.cut_short}")
+    elif m.savings_note:
+        found.append(m.savings_note)
+    if m.budget is not None:
+        found.append(f"suite budget: spent {m.budget.line()}")
+    seq = m.sequential
+    if seq is not None and seq.message:
+        found.append(f"sequential (seed {seq.seed}): {seq.message}")
+    return found
+
+
 def markdown(run: ExportRun) -> str:
     """The section for one run: a row per suite with trials, mean reward ± CI, pass@k and gates; a row per
     suite with its totals (tokens, latency, retries, cost); flaky tasks and the baseline comparison as notes."""
@@ -103,6 +118,10 @@ def markdown(run: ExportRun) -> str:
     notes = []
     totals_rows = []
     suites = run.suites
+    budget = run.budget
+    if budget is not None:
+        stopped = f", {budget.skipped} trials not run" if budget.skipped else ""
+        notes.append(f"- run budget: spent {budget.line()} on {budget.trials} trials{stopped}")
     for suite, m in suites.items():
         ci = f" ({_num(m.ci_low)}..{_num(m.ci_high)})" if m.ci_low is not None else ""
         lines.append(
@@ -135,6 +154,7 @@ def markdown(run: ExportRun) -> str:
                 f"{len(baseline.new_failures)} new failures, "
                 f"{len(baseline.fixed)} fixed{regressed}"
             )
+        notes += [f"- `{suite}`: {_cell(text)}" for text in _savings(m)]
     if not suites:
         lines.append("| (no Gym trials ran) | | | | | | |")
     if totals_rows:

@@ -134,6 +134,18 @@ def metrics_of(suites: Mapping[str, SuiteSummary]) -> dict[str, float]:
         if m.totals is not None:
             for key in _TOTALS:
                 put(suite, f"totals/{key}", getattr(m.totals, key))
+        for name, figure in m.efficiency.items():
+            put(suite, f"efficiency/{name}", figure)
+        for kind, count in m.skipped.items():
+            put(suite, f"skipped/{kind}", count)
+        if m.skipped:
+            put(suite, "trials_saved", m.trials_saved)
+        if m.budget is not None:
+            put(suite, "budget/cost", m.budget.cost)
+            put(suite, "budget/tokens", m.budget.tokens)
+        if m.sequential is not None:
+            put(suite, "sequential/decided_at", m.sequential.decided_at)
+            put(suite, "sequential/tasks", m.sequential.tasks)
         if m.baseline is not None:
             put(suite, "baseline/mean_delta", m.baseline.mean_delta)
             put(suite, "baseline/p_drop", m.baseline.p_drop)

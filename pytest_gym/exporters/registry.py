@@ -255,3 +255,16 @@ def export_run(hook: Callable[..., list[Any]], run: ExportRun, config: object) -
         elif isinstance(returned, list):
             results.extend((str(name), result) for name, result in returned if isinstance(result, ExportResult))
     return results
+
+
+def configured_exporters(
+    settings: Any, offered: Callable[[], list[list[type[Exporter]]]], plugins: Any
+) -> list[Exporter]:
+    """The exporters ``--gym-export`` asks for, configured and registered for the end of the run (none asked: [])."""
+    if not settings.export and not settings.export_opt:
+        return []
+    extra = [cls for group in offered() for cls in group]
+    exporters = configure_exporters(settings.export, settings.export_opt, available_exporters(extra=extra))
+    if exporters:
+        plugins.register(BuiltinExports(exporters), "pytest-gym-exports")
+    return exporters

@@ -25,7 +25,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import Masker, clean_text, mask_secrets
 from pytest_gym.core.numbers import is_finite_number
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, usage_of
 from pytest_gym.judge.paired import Rule, task_passes
 from pytest_gym.rollout.http import FetchError, fetch
 from pytest_gym.runfolder.layout import MATERIALIZED_FILE, RESCORE_INFO_FILE, RESCORED_FILE, ROLLOUTS_FILE
@@ -289,7 +289,7 @@ class RescoredTrials:
                 rescored=True,
             )
         return TrialOutcome.for_spec(
-            spec, reward=reward, answer=answer, request=request, tokens=token_usage(answer), rescored=True
+            spec, reward=reward, answer=answer, request=request, tokens=usage_of(answer), rescored=True
         )
 
 

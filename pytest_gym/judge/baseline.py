@@ -87,6 +87,8 @@ class SuiteRecord(_Strict):
     pass_at: dict[int, float]
     pass_hat: dict[int, float]
     flaky_rate: float | None = Field(default=None, ge=0, le=1)
+    #: What the trials cost (``judge.efficiency.figures``), for ``delta(...)`` gates; files written before lack it.
+    efficiency: dict[str, float | None] | None = None
 
 
 class Baseline(_Strict):
@@ -143,8 +145,10 @@ def baseline_from(
     settings: Mapping[str, Any],
     lines: Mapping[str, int],
     created_at: datetime | None = None,
+    efficiency: Mapping[str, float | None] | None = None,
 ) -> Baseline:
-    """Snapshot a finished run; ``lines`` maps task hash to its dataset line, for messages only.
+    """Snapshot a finished run; ``lines`` maps task hash to its dataset line, for messages only;
+    ``efficiency`` is what its trials cost (``judge.efficiency.figures``).
 
     Each task keeps its rewards in trial order (``stats.rewards``), so a later run with other repeats
     is compared on the trials both have.
@@ -164,7 +168,9 @@ def baseline_from(
     return Baseline(
         created_at=created_at or datetime.now(timezone.utc),
         settings=dict(settings),
-        suite=SuiteRecord.model_validate(stats.to_dict(per_task=False)),
+        suite=SuiteRecord.model_validate(
+            {**stats.to_dict(per_task=False), "efficiency": dict(efficiency) if efficiency is not None else None}
+        ),
         tasks=tasks,
     )
 

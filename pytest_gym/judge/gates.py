@@ -36,7 +36,31 @@ Metric = Literal[
     "fixed",
     "health_clean_rate",
     "unhealthy_trials",
+    # What the trials cost (judge.efficiency), plain or as ``delta(...)`` against the baseline's figures.
+    "cost",
+    "mean_input_tokens",
+    "mean_output_tokens",
+    "mean_total_tokens",
+    "p50_latency_s",
+    "p90_latency_s",
+    "p99_latency_s",
+    "retry_rate",
+    "mean_turns",
+    "mean_tool_calls",
 ]
+#: The metrics of what the trials cost: judged by ``judge.efficiency``, and the ones ``delta(...)`` takes.
+EFFICIENCY_METRICS = (
+    "cost",
+    "mean_input_tokens",
+    "mean_output_tokens",
+    "mean_total_tokens",
+    "p50_latency_s",
+    "p90_latency_s",
+    "p99_latency_s",
+    "retry_rate",
+    "mean_turns",
+    "mean_tool_calls",
+)
 Op = Literal[">=", ">", "<=", "<"]
 
 GRAMMAR = """\
@@ -44,14 +68,20 @@ GRAMMAR = """\
     metric: mean_reward | pass@K | pass^K | error_rate | flaky_rate | ci_low(mean_reward) |
             ci_high(mean_reward) | new_failures | fixed | health_clean_rate | unhealthy_trials
             (K: a positive integer; new_failures and fixed count tasks against --gym-baseline)
+            what the trials cost: cost | mean_input_tokens | mean_output_tokens | mean_total_tokens |
+            p50_latency_s | p90_latency_s | p99_latency_s | retry_rate | mean_turns | mean_tool_calls,
+            or delta(<one of these>) against --gym-baseline (the number may end in %: relative)
     op:     >= | > | <= | <
     number: a finite decimal such as 0.8, 1, 5e-2
   examples: "mean_reward >= 0.8", "pass@4>=0.9", "pass^2 > 0.5", "error_rate <= 0.05", \
-"ci_low(mean_reward) >= 0.7", "new_failures <= 0", "flaky_rate <= 0.1\""""
+"ci_low(mean_reward) >= 0.7", "new_failures <= 0", "flaky_rate <= 0.1", "cost <= 2.5", \
+"p90_latency_s < 20", "delta(mean_output_tokens) <= 10%\""""
 
+_EFFICIENCY = "|".join(EFFICIENCY_METRICS)
 _METRIC = re.compile(
-    r"(?P<plain>mean_reward|error_rate|flaky_rate|new_failures|fixed|health_clean_rate|unhealthy_trials)"
+    rf"(?P<plain>mean_reward|error_rate|flaky_rate|new_failures|fixed|health_clean_rate|unhealthy_trials|{_EFFICIENCY})"
     r"|ci_(?P<bound>low|high)\s*\(\s*mean_reward\s*\)"
+    rf"|delta\s*\(\s*(?P<delta>{_EFFICIENCY})\s*\)"
     r"|pass(?P<kind>[@^])(?P<k>[0-9]+)"
 )
 _OP = re.compile(r">=|<=|>|<")
@@ -83,22 +113,35 @@ def _format_number(x: float) -> str:
 
 @dataclass(frozen=True)
 class Gate:
-    """One parsed gate; ``k`` is set only for pass@K and pass^K."""
+    """One parsed gate; ``k`` is set only for pass@K and pass^K.
+
+    ``delta``: the change of an efficiency metric against the baseline's figure (``delta(cost) <= 0.5``),
+    ``percent``: that change relative to the baseline's figure, in percent (``delta(cost) <= 10%``).
+    """
 
     text: str
     metric: Metric
     k: int | None
     op: Op
     threshold: float
+    delta: bool = False
+    percent: bool = False
 
     @property
     def metric_label(self) -> str:
+        if self.delta:
+            return f"delta({self.metric})"
         return f"{self.metric}{self.k}" if self.k is not None else self.metric
+
+    @property
+    def efficiency(self) -> bool:
+        """A gate on what the trials cost (``judge.efficiency`` judges it)."""
+        return self.metric in EFFICIENCY_METRICS
 
     @property
     def label(self) -> str:
         """Canonical spelling, the same however the gate was written; it parses back to this gate."""
-        return f"{self.metric_label}{self.op}{_format_number(self.threshold)}"
+        return f"{self.metric_label}{self.op}{_format_number(self.threshold)}{'%' if self.percent else ''}"
 
 
 def parse_gate(text: str) -> Gate:
@@ -115,7 +158,10 @@ def parse_gate(text: str) -> Gate:
         raise GateSyntaxError(text, f"unknown metric {(word.group(0) if word else '') or s[:1]!r}")
     metric: Metric
     k: int | None = None
-    if m.group("kind") is not None:
+    delta = m.group("delta") is not None
+    if delta:
+        metric = cast(Metric, m.group("delta"))
+    elif m.group("kind") is not None:
         kind, digits = m.group("kind"), m.group("k")
         if len(digits.lstrip("0")) > _MAX_K_DIGITS:
             raise GateSyntaxError(text, f"K in pass{kind}K is too large ({len(digits)} digits)")
@@ -150,9 +196,14 @@ def parse_gate(text: str) -> Gate:
     if not math.isfinite(threshold):
         raise GateSyntaxError(text, f"threshold {n.group(0)} is not a finite number")
     trailing = rest[n.end() :].strip()
+    percent = trailing.startswith("%")
+    if percent:
+        if not delta:
+            raise GateSyntaxError(text, "a percentage is a change against the baseline: write delta(<metric>)")
+        trailing = trailing[1:].strip()
     if trailing:
         raise GateSyntaxError(text, f"unexpected text after the threshold: {trailing!r}")
-    return Gate(text=text, metric=metric, k=k, op=op, threshold=threshold)
+    return Gate(text=text, metric=metric, k=k, op=op, threshold=threshold, delta=delta, percent=percent)
 
 
 @dataclass(frozen=True)
@@ -220,6 +271,8 @@ FLAKY_RATE = "the chance that two trials of a task disagree"
 def _measure(
     gate: Gate, stats: SuiteStats, comparison: Comparison | None, no_comparison: str
 ) -> tuple[float | None, str]:
+    if gate.efficiency:  # judged on the suite's totals (judge.efficiency), never on the rewards
+        return None, "a gate on what the trials cost is judged on the suite's totals"
     if gate.metric == "mean_reward":
         return stats.mean_reward, ""
     if gate.metric == "error_rate":

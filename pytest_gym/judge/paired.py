@@ -46,6 +46,7 @@ from functools import cached_property, lru_cache
 from statistics import NormalDist
 from typing import Literal
 
+from pytest_gym.core.taskrule import parse_task_rule
 from pytest_gym.judge.intervals import t_cdf, t_ppf
 
 CONFIDENCE = 0.95
@@ -59,7 +60,8 @@ _REFINE = 14
 # Bounds are found to this width (in delta).
 _BOUND_TOL = 1e-6
 
-Rule = Literal["all", "majority", "any"]
+#: A ``--gym-task-pass`` rule: all, majority, any, or a share such as 0.8 or 4/5 (``core.taskrule``).
+Rule = str
 Flip = Literal["new_failure", "fixed", "flaky_failure", "flaky_fix"]
 
 
@@ -143,15 +145,7 @@ def task_passes(rewards: Sequence[float], min_reward: float = 1.0, rule: Rule = 
 
 def passes_by_count(trials: int, successes: int, rule: Rule = "all") -> bool:
     """``task_passes`` from the counts alone: ``successes`` of ``trials`` reached min_reward."""
-    if trials <= 0:
-        return False
-    if rule == "all":
-        return successes == trials
-    if rule == "majority":
-        return 2 * successes > trials
-    if rule == "any":
-        return successes > 0
-    raise ValueError(f"rule must be 'all', 'majority' or 'any', got {rule!r}")
+    return parse_task_rule(rule).passes(trials, successes)
 
 
 def flip(before: tuple[int, int], after: tuple[int, int], rule: Rule = "all") -> Flip | None:

@@ -7,7 +7,7 @@ one code path, so the numbers are the same with and without xdist. No pytest her
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,11 +26,23 @@ from pytest_gym.judge.baseline import (
     task_label,
     update_baselines,
 )
+from pytest_gym.judge.efficiency import evaluate_efficiency, figures
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, Imputed, evaluate, parse_gate
 from pytest_gym.judge.health import UNHEALTHY, SuiteHealth, suite_health
 from pytest_gym.judge.known import KnownFailures, SuiteKnown, known_summary, quarantine
+from pytest_gym.judge.savings import cut_short, skipped_text, spend, undecided
+from pytest_gym.judge.sequential import decided_gate, replay, sequence_summary, shared_means, suite_sequence, task_order
 from pytest_gym.judge.stats import SuiteStats, suite_stats
-from pytest_gym.judge.summary import BaselineSummary, FlakyTask, GateSummary, SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import (
+    BaselineSummary,
+    FlakyTask,
+    GateSummary,
+    SequentialSummary,
+    SpendSummary,
+    SuiteSummary,
+    TaskRef,
+    TotalsSummary,
+)
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
 from pytest_gym.judge.verdict_word import annotate
 
@@ -76,6 +88,8 @@ class TrialRecord:
             input_tokens=self.tokens.get("input_tokens"),
             output_tokens=self.tokens.get("output_tokens"),
             total_tokens=self.tokens.get("total_tokens"),
+            turns=self.tokens.get("turns"),
+            tool_calls=self.tokens.get("tool_calls"),
         )
 
 
@@ -115,6 +129,16 @@ class SuiteVerdict:
     imputed: Imputed | None = None
     #: Gym's health checks over the suite's trials (None: --gym-health-check off).
     health: SuiteHealth | None = None
+    #: What the trials cost (``judge.efficiency``): this run's figures, and the baseline's when it stores them.
+    figures: dict[str, float | None] = field(default_factory=dict)
+    baseline_figures: dict[str, float | None] | None = None
+    #: Trials not run, by why (``judge.savings``); why the verdicts are undecided when a budget cut it short.
+    skipped: dict[str, int] = field(default_factory=dict)
+    cut_short: str | None = None
+    budget: SpendSummary | None = None
+    #: --gym-sequential: the suite's checks; the baseline check's decision when the suite stopped early.
+    sequential: SequentialSummary | None = None
+    sequential_baseline: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -125,11 +149,17 @@ class SuiteVerdict:
         """The ``<suite>::baseline`` verdict; None without a comparison.
 
         It fails on a shown regression, on no evidence (too few shared tasks) and, when trials errored,
-        unless it passes with them counted as failures and as successes alike (undecided otherwise).
+        unless it passes with them counted as failures and as successes alike (undecided otherwise). A suite
+        a budget cut short is undecided; one a sequential run stopped early has the sequential decision.
         """
         c = self.comparison
         if c is None:
             return None
+        if self.cut_short:
+            return BaselineCheck(False, f"baseline check undecided: {self.cut_short}", undecided=True)
+        if self.sequential_baseline is not None:
+            held = self.sequential_baseline.startswith("baseline: no regression")
+            return BaselineCheck(held, "" if held else f"{self.sequential_baseline} (--gym-sequential)")
         if c.no_evidence is not None:
             return BaselineCheck(False, f"no evidence against the baseline: {c.no_evidence}")
         imputed = self.imputed
@@ -164,6 +194,18 @@ class SuiteVerdict:
             {"hash": h[:12], "line": self.lines.get(h), "successes": per_task[h].successes, "repeats": per_task[h].n}
             for h in self.stats.flaky
         ]
+
+    def savings_note(self) -> str | None:
+        """What the numbers stand on when trials were skipped."""
+        text = skipped_text(self.skipped)
+        if not text:
+            return None
+        if self.skipped.get("decided"):
+            text += (
+                "; pass@k and the interval are over the trials that ran (a decided task stopped its repeats early, "
+                "so tasks have unequal trials)"
+            )
+        return text
 
     def metrics(self) -> dict[str, Any]:
         """The summary's JSON form (what the summary file holds for this suite)."""
@@ -204,6 +246,12 @@ class SuiteVerdict:
             baseline_note=self.baseline_note,
             narrowed=self.narrowed,
             failed_trials=sum(ts.n - ts.successes for ts in s.per_task.values()),
+            efficiency=dict(self.figures),
+            skipped=dict(self.skipped),
+            cut_short=self.cut_short,
+            budget=self.budget,
+            savings_note=self.savings_note(),
+            sequential=self.sequential,
         )
         h = self.health
         if h is not None:
@@ -265,6 +313,9 @@ def _describe_tasks(verdict: SuiteVerdict, hashes: list[str], limit: int = 5) ->
 SuiteSettings = Callable[[str], tuple[GymSettings, list[Gate]]]
 """suite name (the path part of its node ids) -> the settings and gates it is judged with."""
 
+SuiteLimits = Callable[[str], "tuple[float | None, int | None, str] | None"]
+"""suite name -> its own budget (max_cost, max_tokens, where), a suite file's; None: none."""
+
 
 @dataclass
 class SuiteResults:
@@ -280,11 +331,19 @@ class SuiteResults:
     health_note: str | None = None
     #: --gym-known-failures: listed tasks are quarantined (left out of the gates and the flip counts).
     known: KnownFailures | None = None
+    limits_for: SuiteLimits | None = None
+    #: --gym-sequential: the seed of the suites' task order (``judge.sequential.run_seed``).
+    seed: int = 0
+    #: Trials not run (budgets, adaptive repeats, sequential gates): suite -> (task, repeat) -> why.
+    skips: dict[str, dict[tuple[str, int], str]] = field(default_factory=dict)
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
         suite = outcome.nodeid.split("::", 1)[0]
         key = (suite, outcome.task_hash, outcome.repeat)
+        if outcome.skipped and not errored:
+            self.skips.setdefault(suite, {})[(outcome.task_hash, outcome.repeat)] = outcome.skipped
+            return
         record = self.trials.setdefault(key, TrialRecord(suite, outcome.task_hash, outcome.repeat, outcome.line))
         if errored or outcome.error is not None:
             record.error = True
@@ -314,10 +373,80 @@ class SuiteResults:
         return found
 
     def suites(self) -> dict[str, list[TrialRecord]]:
-        grouped: dict[str, list[TrialRecord]] = defaultdict(list)
+        """Every suite's trials; a suite whose every trial was skipped has none (and is judged all the same)."""
+        grouped: dict[str, list[TrialRecord]] = {suite: [] for suite in self.skips}
         for record in self.trials.values():
-            grouped[record.suite].append(record)
-        return dict(grouped)
+            grouped.setdefault(record.suite, []).append(record)
+        return grouped
+
+    def _savings(self, verdict: SuiteVerdict, records: list[TrialRecord], settings: GymSettings) -> None:
+        """Skipped trials, the suite's own budget, and undecided verdicts when a budget cut the suite short."""
+        kinds = Counter(self.skips.get(verdict.suite, {}).values())
+        verdict.skipped = dict(sorted(kinds.items()))
+        fresh = [r for r in records if not r.reused]
+        fresh_totals = suite_totals([r.cost() for r in fresh], settings.price_in, settings.price_out)
+        limits = self.limits_for(verdict.suite) if self.limits_for is not None else None
+        if limits is not None:
+            verdict.budget = spend(
+                limits[0], limits[1], fresh_totals.cost, fresh_totals.total_tokens, len(fresh), kinds["budget"]
+            )
+        why = cut_short(len(records), kinds)
+        if why is not None:
+            verdict.cut_short = why
+            verdict.gates = undecided(verdict.gates, why)
+
+    def _sequential(self, verdict: SuiteVerdict, records: list[TrialRecord], settings: GymSettings) -> None:
+        """--gym-sequential: the suite's checks replayed as the dispatcher ran them; when the suite stopped early,
+        its gates (and baseline check) are their decisions for the whole suite."""
+        gates = [g.gate for g in verdict.gates]
+        ran: dict[str, dict[int, float | None]] = defaultdict(dict)
+        for r in records:
+            ran[r.task_hash][r.repeat] = None if r.error else r.reward
+        skips = self.skips.get(verdict.suite, {})
+        planned = Counter(h for h, _ in skips) + Counter({h: len(trials) for h, trials in ran.items()})
+        order = task_order(self.seed, verdict.suite, sorted(planned))
+        compares = settings.baseline if not settings.update_baseline else None
+        sequence = suite_sequence(
+            gates,
+            len(order),
+            settings.min_reward,
+            baseline_means=shared_means(compares, verdict.suite, set(planned)),
+            max_regression=settings.max_regression,
+        )
+        replay(sequence, order, planned, ran)
+        early = sequence.decided and "sequential" in skips.values()
+        verdict.sequential = sequence_summary(sequence, self.seed, early)
+        if not early:
+            return
+        stats = verdict.stats  # a fixed-size interval does not hold at a time the data chose: the sequence's does
+        if stats.ci_low is not None and all(0.0 <= r <= 1.0 for g in stats.rewards.values() for r in g):
+            stats.ci_low, stats.ci_high = sequence.interval()
+            stats.ci_note = (
+                f"anytime-valid {sequence.confidence:.0%} confidence sequence for the whole suite's mean reward, "
+                f"over the first {sequence.tasks} of its {sequence.population} tasks (--gym-sequential)"
+            )
+        checks = {seq.label: seq for _, seq in sequence.gates}
+        verdict.gates = [
+            decided_gate(g.gate, checks[g.gate.label], sequence.population, sequence.confidence)
+            if g.gate.label in checks
+            else g
+            for g in verdict.gates
+        ]
+        if sequence.baseline is not None:
+            verdict.sequential_baseline = sequence.baseline.statement(sequence.confidence)
+
+    def run_budget(self) -> SpendSummary | None:
+        """The run's budget and what the run's own trials spent (each suite at its prices)."""
+        settings = self.settings
+        cost, tokens = 0.0, 0
+        for suite, records in self.suites().items():
+            own = self.settings_for(suite)[0] if self.settings_for else settings
+            totals = suite_totals([r.cost() for r in records if not r.reused], own.price_in, own.price_out)
+            cost += totals.cost or 0.0
+            tokens += totals.total_tokens or 0
+        fresh = sum(1 for r in self.trials.values() if not r.reused)
+        stopped = sum(1 for skips in self.skips.values() for kind in skips.values() if kind == "budget")
+        return spend(settings.max_cost, settings.max_tokens, cost, tokens, fresh, stopped)
 
     def judge(self, rootdir: Path) -> list[SuiteVerdict]:
         """Every suite's verdict: statistics, its comparison with its baseline, then its gates.
@@ -340,6 +469,7 @@ class SuiteResults:
             totals = suite_totals([r.cost() for r in records], settings.price_in, settings.price_out)
             verdict = SuiteVerdict(suite, stats, [], totals=totals, lines=lines, narrowed=self.narrowed)
             verdict.mode, verdict.strict_known = settings.verdict, settings.known_failures_strict
+            verdict.figures = figures(totals)
             if self.health_on:
                 verdict.health = suite_health(((r.health, r.checks) for r in records), self.health_note)
             no_comparison = self._baseline(verdict, settings, stored, updates)
@@ -352,12 +482,18 @@ class SuiteResults:
             if any(None in values for values in kept.values()):
                 verdict.imputed = self._imputed(verdict, kept, settings, stored)
             verdict.gates = [
-                evaluate(g, judged, verdict.comparison, no_comparison, verdict.imputed, verdict.health) for g in gates
+                evaluate_efficiency(g, verdict.figures, verdict.baseline_figures, no_comparison)
+                if g.efficiency
+                else evaluate(g, judged, verdict.comparison, no_comparison, verdict.imputed, verdict.health)
+                for g in gates
             ]
             if judged is not stats:
                 count = len(verdict.known.listed) if verdict.known is not None else 0
                 left_out = f" (judged without the {count} quarantined task{'s' * (count != 1)}: known failures)"
                 verdict.gates = [replace(g, reason=g.reason + left_out) for g in verdict.gates]
+            if settings.sequential:
+                self._sequential(verdict, records, settings)
+            self._savings(verdict, records, settings)
             verdicts.append(verdict)
         for path, baselines in updates.items():
             notes = update_baselines(path, baselines)
@@ -469,7 +605,9 @@ class SuiteResults:
         verdict.baseline_path = path
         suite = verdict.suite
         if settings.update_baseline:
-            updates[path][suite] = baseline_from(verdict.stats, self._baseline_settings(settings), verdict.lines)
+            updates[path][suite] = baseline_from(
+                verdict.stats, self._baseline_settings(settings), verdict.lines, efficiency=verdict.figures
+            )
             verdict.baseline_note = f"baseline of {suite} written to {path}"
             return f"no baseline to compare with: this run writes {path}"
         if path not in stored:
@@ -488,6 +626,7 @@ class SuiteResults:
         if baseline is None:
             verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with --gym-update-baseline"
             return verdict.baseline_note
+        verdict.baseline_figures = dict(baseline.suite.efficiency or {})
         verdict.comparison = self._compare(baseline, verdict.stats, verdict, settings)
         return ""
 

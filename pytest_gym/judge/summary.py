@@ -23,6 +23,7 @@ MAX_K = 10_000
 _OPTIONAL_SECTIONS = (
     "baseline", "totals", "baseline_note", "ci_note", "gates_deferred", "narrowed", "changes", "known_failures",
     "verdict", "health_clean_rate", "unhealthy_trials", "health_unobserved", "health_checks", "health_note",
+    "efficiency", "skipped", "cut_short", "budget", "savings_note", "sequential",
 )  # fmt: skip
 
 #: The verdict words of a suite (the vocabulary of Gym's planned release policy, Gym #1493): PASS; WARN when
@@ -82,6 +83,61 @@ class TotalsSummary(_Model):
     latency_sum_s: float = 0.0
     retries: int = 0
     cost: float | None = None
+    trials_with_steps: int = 0
+    turns: int | None = None
+    tool_calls: int | None = None
+
+
+class SpendSummary(_Model):
+    """What this run's own trials (not reused ones) spent against a budget (``--gym-max-cost``/``--gym-max-tokens``,
+    a suite file's ``max_cost``/``max_tokens``), and how many trials the budget left unrun."""
+
+    max_cost: float | None = None
+    max_tokens: int | None = None
+    cost: float | None = None
+    tokens: int | None = None
+    trials: int = 0
+    skipped: int = 0
+
+    def line(self) -> str:
+        """``$0.42 of $0.50, 1,234 of 5,000 tokens``."""
+        parts = []
+        if self.max_cost is not None:
+            parts.append(f"${self.cost or 0.0:.4g} of ${self.max_cost:.4g}")
+        if self.max_tokens is not None:
+            parts.append(f"{self.tokens or 0:,} of {self.max_tokens:,} tokens")
+        return ", ".join(parts)
+
+
+class SequentialCheck(_Model):
+    """One gate's sequential check (``judge.sequential``): how and when it was decided, its confidence sequence."""
+
+    op: str = ">="
+    threshold: float = 0.0
+    #: "holds", "fails", or None (undecided when the run ended).
+    decision: str | None = None
+    decided_at: int | None = None
+    #: The confidence sequence at the end of the checks (each end at the gate's level).
+    low: float | None = None
+    high: float | None = None
+    #: (tasks, lower, upper) over the run, for the report's plot.
+    history: list[tuple[int, float, float]] = Field(default_factory=list)
+
+
+class SequentialSummary(_Model):
+    """``--gym-sequential``: the seeded order, when the suite was decided, each check."""
+
+    seed: int = 0
+    tasks: int = 0
+    #: Tasks of the order taken when every check was decided (None: they never all were).
+    decided_at: int | None = None
+    message: str | None = None
+    confidence: float = 0.95
+    checks: dict[str, SequentialCheck] = Field(default_factory=dict)
+    #: Gates a sequential run cannot decide early (the suite then runs to the end).
+    undecidable: list[str] = Field(default_factory=list)
+    #: Whether the verdicts are the sequential decisions (the suite stopped early) or the full run's.
+    stopped_early: bool = False
 
 
 class TaskChange(TaskRef):
@@ -233,6 +289,18 @@ class SuiteSummary(_Model):
     changes: ChangesSummary | None = None
     #: --gym-known-failures: the suite's listed tasks.
     known_failures: KnownFailuresSummary | None = None
+    #: What the trials cost, as the efficiency gates read it (``judge.efficiency.figures``).
+    efficiency: dict[str, float | None] = Field(default_factory=dict)
+    #: Trials not run, by why (``judge.savings.KINDS``: budget, decided, sequential).
+    skipped: dict[str, int] = Field(default_factory=dict)
+    #: Why the suite's verdicts are undecided: a budget stopped it before all its trials ran.
+    cut_short: str | None = None
+    #: The suite's own budget (a suite file's max_cost/max_tokens) and what its trials spent.
+    budget: SpendSummary | None = None
+    #: What the suite's numbers stand on when trials were skipped (pass@k and the interval over what ran).
+    savings_note: str | None = None
+    #: --gym-sequential: the suite's sequential checks.
+    sequential: SequentialSummary | None = None
 
     @property
     def all_trials(self) -> int:
@@ -247,8 +315,13 @@ class SuiteSummary(_Model):
     def failed(self) -> bool:
         baseline = self.baseline
         return any(not g.passed for g in self.gates.values()) or bool(
-            baseline and (baseline.regressed or not baseline.passed)
+            baseline and (baseline.regressed or not baseline.passed or self.cut_short)
         )
+
+    @property
+    def trials_saved(self) -> int:
+        """Trials not run because their task's or suite's verdict was decided without them."""
+        return self.skipped.get("decided", 0) + self.skipped.get("sequential", 0)
 
     def extra_fields(self) -> dict[str, Any]:
         """Fields a later version added: shown as they are."""
@@ -307,6 +380,8 @@ class RunSummary(_Model):
     baseline_run: str | None = None
     #: --gym-known-failures: the file, and its entries that matched no task of the run.
     known_failures: dict[str, Any] | None = None
+    #: The run's budget (--gym-max-cost, --gym-max-tokens) and what the run spent.
+    budget: SpendSummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"run_dir": self.run_dir, "suites": {n: s.to_json() for n, s in self.suites.items()}}
@@ -318,6 +393,8 @@ class RunSummary(_Model):
         ):  # fmt: skip
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
+        if self.budget is not None:
+            data["budget"] = self.budget.model_dump(mode="json")
         data.update(self.model_extra or {})
         return data
 

@@ -20,6 +20,9 @@ class TrialCost:
     input_tokens: int | None = None
     output_tokens: int | None = None
     total_tokens: int | None = None
+    #: An agent's model calls and tool calls (None: the answer had no output items to count).
+    turns: int | None = None
+    tool_calls: int | None = None
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class SuiteTotals:
     Tokens are summed over the trials that reported usage (``trials_with_usage``); None when
     none did. Latency percentiles are nearest-rank over the trials run in this session.
     ``retries`` counts attempts beyond the first. ``cost`` is None unless a price was given.
+    ``turns`` and ``tool_calls`` are summed over the ``trials_with_steps`` whose answers had output items.
     """
 
     trials: int
@@ -43,6 +47,9 @@ class SuiteTotals:
     latency_sum_s: float
     retries: int
     cost: float | None
+    trials_with_steps: int = 0
+    turns: int | None = None
+    tool_calls: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -72,6 +79,7 @@ def suite_totals(
     total_tokens = _sum([t.total_tokens for t in with_usage])
     if total_tokens is None and (input_tokens is not None or output_tokens is not None):
         total_tokens = (input_tokens or 0) + (output_tokens or 0)
+    with_steps = [t for t in trials if t.turns is not None]
     cost = None
     if (price_in is not None or price_out is not None) and with_usage:
         cost = ((input_tokens or 0) * (price_in or 0.0) + (output_tokens or 0) * (price_out or 0.0)) / PRICE_UNIT
@@ -88,4 +96,7 @@ def suite_totals(
         latency_sum_s=math.fsum(latencies),
         retries=sum(max(0, t.attempts - 1) for t in trials),
         cost=cost,
+        trials_with_steps=len(with_steps),
+        turns=_sum([t.turns for t in with_steps]),
+        tool_calls=_sum([t.tool_calls for t in with_steps]),
     )

@@ -393,6 +393,41 @@ def baseline_view(changed: Sequence[int], tasks: Sequence[dict[str, Any]], offse
     return _svg(width, height, body, "Per-task mean reward before and after", extra=' data-chart="baseline"')
 
 
+def confidence_sequence_chart(sequential: dict[str, Any] | None) -> str:
+    """--gym-sequential: each check's confidence sequence over the tasks taken (a band), its threshold, and
+    the task at which it was decided. Drawn from the summary's ``sequential.checks`` histories."""
+    checks = [
+        (str(label), check)
+        for label, check in ((sequential or {}).get("checks") or {}).items()
+        if isinstance(check, dict) and check.get("history")
+    ]
+    if not checks:
+        return ""
+    rows = [(int(t), float(lo), float(hi)) for _, c in checks for t, lo, hi in c["history"]]
+    low = min([0.0, *(lo for _, lo, _ in rows), *(float(c.get("threshold", 0.0)) for _, c in checks)])
+    x_max = max(2, max(t for t, _, _ in rows))
+    frame = _Frame((0, x_max), (low, 1.0))
+    body = frame.axes("tasks of the seeded order", "metric of the whole suite", _ticks(0, x_max), _ticks(low, 1.0))
+    for i, (label, check) in enumerate(checks):
+        cls = f"s-seq{i % 4}"
+        history = [(int(t), float(lo), float(hi)) for t, lo, hi in check["history"]]
+        top = " ".join(f"{_n(frame.px(t))},{_n(frame.py(hi))}" for t, _, hi in history)
+        bottom = " ".join(f"{_n(frame.px(t))},{_n(frame.py(lo))}" for t, lo, _ in reversed(history))
+        body.append(
+            f'<g class="series band {cls}"><polygon points="{top} {bottom}"><title>{escape(label)}: the whole '
+            f"suite's value lies in the band at every point, at the gate's level</title></polygon></g>"
+        )
+        threshold = float(check.get("threshold", 0.0))
+        y = frame.py(threshold)
+        body.append(
+            f'<line class="marker {cls}" x1="{_n(frame.left)}" x2="{_n(frame.right)}" y1="{_n(y)}" y2="{_n(y)}">'
+            f"<title>{escape(label)}: threshold {threshold:g}</title></line>"
+        )
+        if check.get("decided_at"):
+            body.append(frame.vline(float(check["decided_at"]), "marker", f"{label}: {check.get('decision')}"))
+    return _svg(WIDTH, HEIGHT, body, "Confidence sequences of the sequential gates", extra=' data-chart="sequence"')
+
+
 def suite_charts(suite: dict[str, Any], tasks: Sequence[dict[str, Any]], offset: int, uid: str) -> dict[str, str]:
     """Every chart of one suite by name; an empty string where there is nothing to show."""
     numbers = suite.get("numbers") or {}
@@ -408,4 +443,5 @@ def suite_charts(suite: dict[str, Any], tasks: Sequence[dict[str, Any]], offset:
     baseline = suite.get("baseline")
     changed = baseline.get("changed") if baseline else None
     charts["baseline"] = baseline_view(changed, tasks, offset) if changed else ""
+    charts["sequence"] = confidence_sequence_chart(suite.get("sequential"))
     return charts

@@ -46,6 +46,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import canonical_json
 from pytest_gym.core.masking import Masker, strip_control
 from pytest_gym.core.numbers import is_int, is_number
+from pytest_gym.core.taskrule import TaskRuleError, parse_task_rule
 from pytest_gym.core.tracing import trace_link
 from pytest_gym.judge.baseline import BaselineError, load_baseline
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
@@ -355,6 +356,21 @@ def _numbers(summary: SuiteSummary, source: str) -> dict[str, Any]:
     return numbers
 
 
+def _savings(summary: SuiteSummary) -> dict[str, Any] | None:
+    """What the suite did not run and why, its own budget, and its efficiency figures (the summary's)."""
+    figures = {k: v for k, v in summary.efficiency.items() if v is not None}
+    if not summary.skipped and summary.budget is None and not figures:
+        return None
+    return {
+        "skipped": dict(summary.skipped),
+        "saved": summary.trials_saved,
+        "note": summary.savings_note,
+        "cut_short": summary.cut_short,
+        "budget": summary.budget.line() if summary.budget is not None else None,
+        "efficiency": figures,
+    }
+
+
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
     """Nested summary entries as (dotted key, short value) rows, for the keys shown as they are."""
     if isinstance(value, Mapping) and value and len(value) <= 40:
@@ -462,7 +478,7 @@ class _Builder:
         if folder is not None and not folder.is_dir():
             self.notes.append(f"{name}: the baseline run {given} is not a folder: no answers to compare with")
             folder = None
-        rule = _RULES.get(judged_by[1], "all")
+        rule = _rule(judged_by[1])
         found = changes_of(entry, name, self.run_dir, folder, lambda _: (judged_by[0], rule))
         if found is None:
             return
@@ -531,7 +547,7 @@ class _Builder:
         rewards = [t["reward"] for t in out_trials if t.get("reward") is not None]
         errors = sum(1 for t in out_trials if "error" in t)
         # The judge's own per-task numbers (its rule for "passed"): the page computes nothing of its own.
-        own = task_stats(task.key, rewards, min_reward, errors, _RULES.get(rule, "all"))
+        own = task_stats(task.key, rewards, min_reward, errors, _rule(rule))
         latencies = [t["latency"] for t in out_trials if t.get("latency") is not None]
         tokens = [t["tokens"][2] for t in out_trials if t.get("tokens")]
         out: dict[str, Any] = {
@@ -665,6 +681,8 @@ class _Builder:
             "other": [[k, v] for k, v in other],
             "task_count": len(tasks),
             "changes": None,
+            "savings": mask.data(_savings(entry)),
+            "sequential": mask.data(entry.sequential.model_dump(mode="json")) if entry.sequential else None,
         }
         for task in tasks:
             task.pop("_full_hash", None)
@@ -733,7 +751,14 @@ class _Builder:
         return out
 
 
-_RULES: dict[str, Rule] = {"all": "all", "majority": "majority", "any": "any"}
+def _rule(text: object) -> Rule:
+    """The summary's task-pass rule, or ``all`` when it holds none this version reads."""
+    try:
+        return parse_task_rule(str(text)).text
+    except TaskRuleError:
+        return "all"
+
+
 _CHANGE_ORDER = {"new_failure": 0, "fixed": 1, "flaky_failure": 2, "flaky_fix": 3, None: 4}
 
 

@@ -45,7 +45,8 @@ from junitparser import JUnitXmlError, Properties, xunit2
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.masking import Masker, clean_text, strip_control
-from pytest_gym.judge.summary import SuiteSummary
+from pytest_gym.core.outcome import TRIALS_PROPERTY as TRIALS
+from pytest_gym.judge.summary import RunSummary, SuiteSummary
 
 # junitparser's annotations name the base classes where xunit2 objects come back (its TestSuite iterates
 # xunit2 testcases, which carry properties()), so its objects are handled as Any at this boundary.
@@ -160,7 +161,8 @@ def _strict_case(case: JUnitNode, keep_errors: bool = False, extra: list[tuple[s
     ``extra``: properties learnt after the test ran (Gym's health verdict at the end of the run).
     """
     element = _elem(case)
-    moved = [(p.name, p.value or "") for props in case.iterchildren(Properties) for p in props]
+    # A task's trials (--gym-verdict task) are in the run folder and the report; JUnit names the task only.
+    moved = [(p.name, p.value or "") for props in case.iterchildren(Properties) for p in props if p.name != TRIALS]
     moved += [(name, clean_text(value, 2000)) for name, value in extra or []]
     for name in [key for key in element.attrib if key not in _TESTCASE_ATTRIBUTES]:
         moved.append((f"junit.{name}", element.attrib.pop(name)))
@@ -335,6 +337,21 @@ def flat_properties(s: SuiteSummary) -> dict[str, str]:
         props["flaky_tasks"] = ", ".join(task.shown for task in s.flaky_tasks)
     if s.totals is not None:
         props.update({f"totals.{name}": str(value) for name, value in s.totals.model_dump().items()})
+    props.update({f"efficiency.{name}": str(value) for name, value in s.efficiency.items() if value is not None})
+    props.update({f"skipped.{kind}": str(count) for kind, count in s.skipped.items()})
+    if s.skipped:
+        props["trials_saved"] = str(s.trials_saved)
+    if s.cut_short:
+        props["cut_short"] = s.cut_short
+    if s.budget is not None:
+        props["budget"] = s.budget.line()
+    if s.sequential is not None:
+        seq = s.sequential
+        props["sequential.seed"] = str(seq.seed)
+        props["sequential.decided_at"] = str(seq.decided_at)
+        props["sequential.tasks"] = str(seq.tasks)
+        if seq.message:
+            props["sequential"] = seq.message
     for label, gate in s.gates.items():
         props[f"gate[{label}]"] = f"{'pass' if gate.passed else 'fail'}: {gate.reason}"
     c = s.baseline
@@ -355,3 +372,15 @@ def flat_properties(s: SuiteSummary) -> dict[str, str]:
         if c.fixed_tasks:
             props["baseline_fixed_tasks"] = ", ".join(t.label for t in c.fixed_tasks)
     return props
+
+
+def summary_properties(summary: RunSummary | None) -> dict[str, dict[str, str]]:
+    """Every suite's JUnit properties; the run's budget (spend against it) goes with each suite's."""
+    if summary is None:
+        return {}
+    found = {name: flat_properties(suite) for name, suite in summary.suites.items()}
+    if summary.budget is not None:
+        spent = f"{summary.budget.line()} on {summary.budget.trials} trials, {summary.budget.skipped} not run"
+        for props in found.values():
+            props["run_budget"] = spent
+    return found

@@ -18,6 +18,7 @@ class Progress:
     total: int | None = None
     done: int = 0
     errors: int = 0
+    skipped: int = 0
     reward_sum: float = 0.0
     rewards: int = 0
     started: float = field(default_factory=time.monotonic)
@@ -25,6 +26,8 @@ class Progress:
 
     def add(self, outcome: TrialOutcome) -> None:
         self.done += 1
+        if outcome.skipped:
+            self.skipped += 1
         if outcome.reward is not None and outcome.error is None:
             self.rewards += 1
             self.reward_sum += outcome.reward
@@ -43,4 +46,8 @@ class Progress:
         total = f"/{self.total}" if self.total else ""
         mean = f"{self.reward_sum / self.rewards:.3f}" if self.rewards else "n/a"
         elapsed = time.monotonic() - self.started
-        return f"pytest-gym: {self.done}{total} trials done, {self.errors} errors, mean reward {mean} ({elapsed:.0f} s)"
+        skipped = f", {self.skipped} skipped" if self.skipped else ""
+        return (
+            f"pytest-gym: {self.done}{total} trials done, {self.errors} errors{skipped}, mean reward {mean} "
+            f"({elapsed:.0f} s)"
+        )

@@ -6,7 +6,15 @@ import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import BaselineSummary, ChangesSummary, RunSummary, SuiteSummary, TaskRef, TotalsSummary
+from pytest_gym.judge.summary import (
+    BaselineSummary,
+    ChangesSummary,
+    RunSummary,
+    SequentialSummary,
+    SuiteSummary,
+    TaskRef,
+    TotalsSummary,
+)
 
 _SHOW_FAILURES = 5
 #: Flips against the baseline run listed with both answers.
@@ -116,6 +124,14 @@ def summary_lines(
             lines.append("  (only the selected trials count: the selection narrowed the suite)")
         if s.totals is not None:
             lines.append(_totals_line(s.totals))
+        if s.budget is not None:
+            lines.append(f"  suite budget: spent {s.budget.line()}")
+        if s.savings_note:
+            lines.append(f"  {s.savings_note}")
+        if s.cut_short:
+            lines.append(f"  UNDECIDED: {s.cut_short}")
+        if s.sequential is not None:
+            lines.append(f"  {_sequential_line(s.sequential)}")
         flaky = s.flaky_tasks
         if flaky:
             shown = ", ".join(t.shown for t in flaky[:_SHOW_FAILURES])
@@ -167,17 +183,37 @@ def summary_lines(
     return lines
 
 
+def _sequential_line(seq: SequentialSummary) -> str:
+    head = f"sequential (--gym-seed {seq.seed}): "
+    if seq.message and seq.stopped_early:
+        return head + seq.message
+    if seq.undecidable:
+        return head + f"every task runs: {', '.join(seq.undecidable)} cannot be decided before the end"
+    if seq.message:
+        return head + seq.message + " (every task had run already: the full run's verdicts stand)"
+    return head + f"not decided before the end ({seq.tasks} tasks): the full run's verdicts stand"
+
+
 def run_lines(summary: RunSummary | None) -> list[str]:
-    """Lines about the run as a whole: the rate limits it met and its concurrency limit."""
-    c = summary.concurrency if summary is not None else None
-    if c is None:
+    """Lines about the run as a whole: its budget and what it spent, the rate limits it met and its concurrency."""
+    if summary is None:
         return []
-    line = f"concurrency: {c.throttled} answers 429/503 (429: {c.status_429}, 503: {c.status_503})"
-    if c.adaptive and c.lowest is not None:
-        line += f"; adaptive limit {c.ceiling} -> lowest {c.lowest}, {c.final} at the end ({len(c.timeline)} changes)"
-    elif not c.adaptive:
-        line += f"; fixed limit {c.ceiling} (--gym-concurrency-adaptive off)"
-    return [line]
+    lines = []
+    b = summary.budget
+    if b is not None:
+        stopped = f", {b.skipped} trials not run" if b.skipped else ""
+        lines.append(f"budget: spent {b.line()} on {b.trials} trials{stopped}")
+    c = summary.concurrency
+    if c is not None:
+        line = f"concurrency: {c.throttled} answers 429/503 (429: {c.status_429}, 503: {c.status_503})"
+        if c.adaptive and c.lowest is not None:
+            line += (
+                f"; adaptive limit {c.ceiling} -> lowest {c.lowest}, {c.final} at the end ({len(c.timeline)} changes)"
+            )
+        elif not c.adaptive:
+            line += f"; fixed limit {c.ceiling} (--gym-concurrency-adaptive off)"
+        lines.append(line)
+    return lines
 
 
 def write_section(

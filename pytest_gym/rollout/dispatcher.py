@@ -29,12 +29,14 @@ import concurrent.futures
 import contextlib
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout.adaptive import Limit
+from pytest_gym.rollout.admission import Admission, Decision, NotAdmitted
 from pytest_gym.rollout.claims import Claims, LocalClaims
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import HTTPPool
@@ -68,6 +70,18 @@ def _fast_switching(on: bool) -> None:
             _switching_users -= 1
             if _switching_users == 0:
                 sys.setswitchinterval(_switch_interval_before)
+
+
+#: Times pytest's thread asks the admission again for a trial whose slot came after the answer changed.
+_MAX_RECONSIDER = 1000
+
+
+class _Reconsider(Exception):
+    """The admission's answer changed while a trial waited for a slot: pytest's thread asks again."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.reason)
+        self.decision = decision
 
 
 class _Slots:
@@ -123,9 +137,18 @@ class Dispatcher:
         tracestate: str | None = None,
         limit: Limit | None = None,
         check_evidence: bool = False,
+        admission: Admission | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.limit = limit
+        #: Budgets, adaptive repeats, sequential gates: whether a trial starts, waits or never runs.
+        self.admission = admission
+        #: Trials the admission holds back until their task's earlier repeats finish (in plan order).
+        self._held_back: list[TrialSpec] = []
+        #: Trials the feeder held back or found refused: not offered again by the plan walk.
+        self._passed_over: set[str] = set()
+        #: Set when a rollout finished here: pytest's thread, waiting on a held-back trial, decides again.
+        self._finished = threading.Event()
         #: Trials never to roll out here (their results are reused from an earlier run).
         self.skip = skip
         self.concurrency = max(1, concurrency)
@@ -266,13 +289,52 @@ class Dispatcher:
     def start_now(self, spec: TrialSpec, taken_over: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
         if self._stopping or not self._loop.is_running():
             return None
-        started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, taken_over), self._loop).result()
+        started = None
+        for _ in range(_MAX_RECONSIDER):
+            if self.admission is not None and not taken_over:
+                held = self._admit_now(spec)
+                if held is not None:
+                    return held
+            try:
+                started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, taken_over), self._loop).result()
+                break
+            except _Reconsider:
+                continue  # _admit_now skips it now, or waits while it is held back
+        else:
+            raise NotAdmitted(Decision("skip", "not run: held back while other rollouts took every slot", "decided"))
         if started is not None:
             if not taken_over:
                 self.counts["on_demand"] += 1
             with self._lock:
                 self._waiting.add(spec.nodeid)
         return started
+
+    def _admit_now(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | None:
+        """pytest's thread reached a trial nobody started: wait while the admission holds it back (bounded),
+        raise ``NotAdmitted`` when it never starts; a rollout started meanwhile is returned."""
+        assert self.admission is not None
+        deadline = time.monotonic() + self.claim_wait_s
+        while True:
+            with self._lock:
+                future = self._running.get(spec.nodeid)
+            if future is not None:
+                return future
+            decision = self.admission.decide(spec)
+            if decision.action == "start":
+                return None
+            if decision.action == "skip":
+                self.admission.note(decision)
+                raise NotAdmitted(decision)
+            if self._stopping or time.monotonic() >= deadline:
+                raise NotAdmitted(
+                    Decision(
+                        "skip",
+                        f"not run: its task's earlier repeats gave no result within {self.claim_wait_s:g} s",
+                        "decided",
+                    )
+                )
+            self._finished.wait(_QUEUE_POLL_S)
+            self._finished.clear()
 
     def wait(self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> TrialOutcome:
         try:
@@ -301,32 +363,60 @@ class Dispatcher:
 
     def _known(self, nodeid: str) -> bool:
         """Started by this process, reused, or claimed by another process."""
-        return nodeid in self._started or nodeid in self.skip or self.claims.claimed(nodeid)
+        return (
+            nodeid in self._started or nodeid in self.skip or nodeid in self._passed_over or self.claims.claimed(nodeid)
+        )
 
     async def _feed(self) -> None:
         assert self._progress is not None
         while not (self._stopping or self._closing):
             await self._slots.acquire()
-            spec = None if self._stopping or self._closing else self._next_candidate()
+            spec = None if self._stopping or self._closing else self._admitted_candidate()
             if spec is not None and self._claim(spec):
                 self._start(spec)
                 continue
             self._slots.release()
             if spec is not None:
                 continue  # another process claimed it just now
-            if self._cursor >= len(self._plan):
-                return  # every trial was started here or claimed by another process
+            if self._cursor >= len(self._plan) and not self._held_back:
+                return  # every trial was started here, claimed by another process, or refused
             # Nothing to start within the lookahead: wait until pytest moves on (or, under xdist, until the
-            # controller hands this worker more items, which nothing signals: look again shortly).
+            # controller hands this worker more items, which nothing signals: look again shortly). A trial held
+            # back waits for results another process may publish: look again shortly too.
             self._progress.clear()
             self._feeder_waiting = True
             if self._next_candidate(peek=True) is None:
-                if self._upcoming is None:
+                if self._upcoming is None and not self._held_back:
                     await self._progress.wait()
                 else:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._progress.wait(), _QUEUE_POLL_S)
             self._feeder_waiting = False
+
+    def _admitted_candidate(self) -> TrialSpec | None:
+        """The next trial to prefetch that the admission lets start: held-back trials first, then the plan."""
+        admission = self.admission
+        if admission is None:
+            return self._next_candidate()
+        for spec in list(self._held_back):
+            if spec.nodeid in self._started or self.claims.claimed(spec.nodeid):
+                self._held_back.remove(spec)  # started since (by pytest's thread or another process)
+                continue
+            decision = admission.decide(spec)
+            if decision.action != "wait":
+                self._held_back.remove(spec)
+                if decision.action == "start":
+                    return spec
+        while True:
+            candidate = self._next_candidate()
+            if candidate is None:
+                return None
+            decision = admission.decide(candidate)
+            if decision.action == "start":
+                return candidate
+            self._passed_over.add(candidate.nodeid)  # the plan walk does not offer it again
+            if decision.action == "wait":
+                self._held_back.append(candidate)
 
     def _next_candidate(self, peek: bool = False) -> TrialSpec | None:
         """The next trial to prefetch: this worker's own queued trials first, then the plan in order."""
@@ -367,6 +457,13 @@ class Dispatcher:
         await self._slots.acquire(urgent=True)
         with self._lock:
             future = self._running.get(spec.nodeid)
+        if future is None and not taken_over and self.admission is not None and not self._stopping:
+            # Decided before the slot was free: the rollouts that held it may have spent the budget or decided the
+            # task or the suite meanwhile. Ask again now, with the slot in hand.
+            decision = self.admission.decide(spec)
+            if decision.action != "start":
+                self._slots.release()
+                raise _Reconsider(decision)
         if future is not None or self._stopping or not (taken_over or self._claim(spec)):
             self._slots.release()
             return future
@@ -389,11 +486,18 @@ class Dispatcher:
         try:
             slot = await self.claims.acquire_slot()
             try:
-                outcome = await self._rollouts.run(spec)
-            except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
-                outcome = TrialOutcome.for_spec(
-                    spec, error_class="internal", error=f"pytest-gym failed to run this trial: {exc!r}"
-                )
+                refused = self._refused_at_start(spec, slot)
+                if refused is not None:
+                    self._unstart(spec, refused, future)
+                    return
+                try:
+                    outcome = await self._rollouts.run(spec)
+                except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
+                    outcome = TrialOutcome.for_spec(
+                        spec, error_class="internal", error=f"pytest-gym failed to run this trial: {exc!r}"
+                    )
+                if self.admission is not None:  # in the ledger before its slot is free: the next start sees it
+                    self._guard("recording a rollout in the ledger", self.admission.ledger.record, outcome)
             finally:
                 self.claims.release_slot(slot)
         except asyncio.CancelledError:
@@ -418,6 +522,31 @@ class Dispatcher:
                 if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:
                     self._running.pop(spec.nodeid, None)
         future.set_result(outcome)
+        if self.admission is not None:  # a held-back trial may start (or be settled) now
+            self._finished.set()
+            self._wake()
+
+    def _refused_at_start(self, spec: TrialSpec, slot: int | None) -> Decision | None:
+        """Under xdist a run-wide slot may come long after the trial was admitted: while it waited, other
+        workers' rollouts may have spent the budget or decided the task or the suite. Asked again then."""
+        if self.admission is None or slot is None:
+            return None
+        decision = self.admission.decide(spec)
+        return decision if decision.action == "skip" else None
+
+    def _unstart(self, spec: TrialSpec, decision: Decision, future: concurrent.futures.Future[TrialOutcome]) -> None:
+        """A trial refused once its slot came: not run. Its claim is given back (the worker that reports it
+        asks the admission, which refuses it there too); a wait here on it raises ``NotAdmitted``."""
+        self._slots.release()
+        with self._lock:
+            if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:
+                self._running.pop(spec.nodeid, None)
+        self._started.discard(spec.nodeid)
+        self.counts["ran"] -= 1
+        self._guard("the claim board", self.claims.release, spec.nodeid)
+        future.set_exception(NotAdmitted(decision))
+        self._finished.set()
+        self._wake()
 
     def _guard(self, what: str, call: Callable[..., object], *args: object) -> object:
         """``call(*args)``; a failure becomes a reported problem (and None), never a stuck trial."""

@@ -22,7 +22,7 @@ from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets, strip_control
 from pytest_gym.core.numbers import is_finite_number
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, usage_of
 from pytest_gym.core.tracing import new_traceparent
 from pytest_gym.rollout.adaptive import Limit
 from pytest_gym.rollout.evidence import answer_checks, unhealthy_message
@@ -250,7 +250,7 @@ class Rollouts:
         except (GymError, DatasetError, OSError) as exc:
             outcome.error_class, outcome.error = "setup", str(exc)
             return outcome
-        outcome.latency_s, outcome.tokens = latency, token_usage(answer)
+        outcome.latency_s, outcome.tokens = latency, usage_of(answer)
         checks = answer_checks(answer) if self.check_evidence else ()
         if checks:
             outcome.health, outcome.error_class, outcome.error = checks, "unhealthy", unhealthy_message(checks)

@@ -56,6 +56,9 @@ ERRORS_FILE = ".errors"
 #: The run's adaptive concurrency limit, shared by the processes of the run, and its log (--gym-concurrency-adaptive).
 CONCURRENCY_STATE = ".concurrency"
 CONCURRENCY_LOG = "concurrency.jsonl"
+#: Finished trials (suite, task, repeat, reward, usage), appended by the process that ran each one and read
+#: by every process: budgets, adaptive repeats and sequential gates decide from it (``rollout.ledger``).
+LEDGER_FILE = ".ledger"
 #: One claim file per trial under xdist.
 BOARD_DIR = ".xdist-trials"
 POLICY_PORT_FILE = "policy.port"

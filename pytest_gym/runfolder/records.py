@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_gym.core.masking import MAX_DEPTH, MAX_FIELD, clean_text, json_depth_exceeds
 from pytest_gym.core.numbers import is_finite_number, is_int
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec, token_usage
+from pytest_gym.core.outcome import TrialOutcome, TrialSpec, usage_of
 
 # -- Gym's keys (nemo_gym/rollout_collection.py of nemo-gym 0.7.0) ---------------------------------------------
 TASK_INDEX_KEY = "_ng_task_index"
@@ -296,7 +296,7 @@ def outcome_from_rollout(
         answer=answer,
         attempts=found.attempts,
         agent=found.agent or spec.agent,
-        tokens=token_usage(answer),
+        tokens=usage_of(answer),
         latency_s=latency,
         reused=reused,
     )

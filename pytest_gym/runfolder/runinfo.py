@@ -273,3 +273,17 @@ def load_reusable(resume_dir: Path, settings: GymSettings) -> Reusable:
     if skipped:
         note += f" ({skipped} records without a finite {settings.reward_key!r} are run again)"
     return Reusable(records=records, note=note)
+
+
+def write_shard_info(run_dir: Path, settings: GymSettings, shard: str, rootdir: Path) -> None:
+    """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
+    # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
+    (run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
+    write_run_info(
+        run_dir,
+        settings,
+        shard=shard,
+        repeats=settings.repeats,
+        datasets=dataset_entries(settings.dataset, rootdir),
+        rootdir=str(rootdir),
+    )

@@ -147,6 +147,7 @@ def check_combinations(settings: GymSettings) -> None:
         raise PlanError("pytest-gym: --gym-merge-allow-missing goes with --gym-merge RUN_DIR")
     if settings.rescore_force and not settings.rescore:
         raise PlanError("pytest-gym: --gym-rescore-force goes with --gym-rescore RUN_DIR")
+    check_affordable(settings)
     if settings.rescore:
         for name, conflict in (("resume", settings.resume), ("merge", settings.merge), ("shard", settings.shard)):
             if conflict:
@@ -157,6 +158,52 @@ def check_combinations(settings: GymSettings) -> None:
             raise PlanError(
                 f"pytest-gym: --gym-rescore calls no model, so --gym-policy {settings.policy} has nothing to do; "
                 "drop it"
+            )
+
+
+def check_affordable(settings: GymSettings) -> None:
+    """Budgets, adaptive repeats and sequential gates: what they need, and what they cannot go with."""
+    if settings.max_cost is not None and settings.price_in is None and settings.price_out is None:
+        raise PlanError(
+            "pytest-gym: --gym-max-cost needs the prices to count the cost: --gym-price-in and --gym-price-out "
+            "(per million tokens)"
+        )
+    used = [
+        name
+        for name, on in (
+            ("--gym-max-cost", settings.max_cost is not None),
+            ("--gym-max-tokens", settings.max_tokens is not None),
+            ("--gym-repeats-adaptive", settings.repeats_adaptive),
+            ("--gym-sequential", settings.sequential),
+        )
+        if on
+    ]
+    for name, other in (("--gym-merge", settings.merge), ("--gym-rescore", settings.rescore)):
+        if used and other:
+            raise PlanError(f"pytest-gym: {name} runs no rollout, so {used[0]} has nothing to do; drop one")
+    if settings.seed is not None and not settings.sequential:
+        raise PlanError("pytest-gym: --gym-seed orders the tasks of --gym-sequential; add --gym-sequential")
+    if settings.sequential and settings.repeats_adaptive:
+        raise PlanError(
+            "pytest-gym: --gym-sequential needs every task's repeats (a task's value is the mean of all of them), "
+            "and --gym-repeats-adaptive stops them early: use one of the two"
+        )
+    if settings.sequential and settings.shard and not settings.shard_verdicts:
+        raise PlanError(
+            "pytest-gym: --gym-sequential decides gates for a whole suite, and a shard runs part of it: run it "
+            "without --gym-shard (or judge the shard on its own part: --gym-shard-verdicts)"
+        )
+    if settings.repeats_adaptive:
+        check_adaptive_gates(settings.gate, "--gym-gate")
+
+
+def check_adaptive_gates(gates: tuple[str, ...], where: str) -> None:
+    """Gates adaptive repeats cannot serve: they need every repeat of every task."""
+    for gate in gates_of(gates, where):
+        if (gate.metric in ("pass@", "pass^") and (gate.k or 1) > 1) or gate.metric == "flaky_rate":
+            raise PlanError(
+                f"pytest-gym: gate {gate.label} ({where}) needs every repeat of every task, and "
+                "--gym-repeats-adaptive stops a decided task's repeats early: drop the gate or the option"
             )
 
 

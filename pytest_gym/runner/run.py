@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from pytest_gym.core.access import GymAccess, access_hint, without_header_variab
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.jsonl import read_jsonl
-from pytest_gym.core.masking import POLICY_KEY_ENV, Masker, clean_text
+from pytest_gym.core.masking import MAX_MESSAGE, POLICY_KEY_ENV, Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
@@ -31,7 +32,7 @@ from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.judge.summary import ConcurrencySummary
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
 from pytest_gym.runfolder.health import read_run_health
-from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_INFO_FILE
+from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_STARTED_FILE
 from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, read_records, stamps
 from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
@@ -46,6 +47,7 @@ from pytest_gym.runner.server import GymServer
 if TYPE_CHECKING:
     from pytest_gym.gym.healthcheck import HealthCheck
     from pytest_gym.gym.rescore import RescoreResult
+    from pytest_gym.rollout.admission import Admission
     from pytest_gym.rollout.dispatcher import Dispatcher
 
 
@@ -99,8 +101,10 @@ class GymRun:
         planned: Sequence[TrialSpec],
         upcoming: Callable[[], Sequence[int]] | None = None,
         skip: frozenset[str] = frozenset(),
+        admission: Admission | None = None,
     ) -> GymServer:
-        """Acquire the deployment and start dispatching ``planned`` but ``skip`` (once per process)."""
+        """Acquire the deployment and start dispatching ``planned`` but ``skip`` (once per process); ``admission``
+        decides which trials start (budgets, adaptive repeats, sequential gates), from the run's ledger."""
         if self.error is not None:
             raise GymError(self.error)
         if self.server is None:
@@ -134,6 +138,7 @@ class GymRun:
                     shared=self.worker is not None,
                 ),
                 check_evidence=self.settings.health_check == "on",
+                admission=admission,
             )
             writer = self.open_writer()
             writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type
@@ -166,6 +171,21 @@ class GymRun:
             access=self.access,
         )
 
+    def rescore_all(self, source: Path, min_reward: float, task_pass: str) -> dict[str, Any] | None:
+        """--gym-rescore, before any trial: re-verify ``source``'s answers and record what moved (``rescore.json``);
+        None when Gym could not be reached (recorded too: the trials then report it). ``UnsafeRescore`` and
+        ``RecordError`` are the user's to fix."""
+        from pytest_gym.gym.rescore import moved, write_rescore_info
+
+        try:
+            result = self.rescore(source)
+        except GymError as exc:
+            write_rescore_info(self.run_dir, source, None, clean_text(f"pytest-gym: --gym-rescore: {exc}", MAX_MESSAGE))
+            return None
+        report = moved(result, min_reward, task_pass)
+        write_rescore_info(self.run_dir, source, report)
+        return report
+
     def _claims(self) -> Claims:
         """How this process shares the trials: alone, all in memory; xdist workers, through claim files."""
         if self.worker is None:
@@ -187,14 +207,21 @@ class GymRun:
         notes, self.notes = self.notes, []
         return notes
 
-    def write_shard_info(self, shard: str, datasets: list[dict[str, str]], rootdir: Path) -> None:
-        """A shard's run folder says which shard, datasets and repeats it ran: the merge checks them."""
-        # A folder reused after an attempt that ran nothing (check_run_dir_unused allows it): this run's info.
-        (self.run_dir / RUN_INFO_FILE).unlink(missing_ok=True)
-        write_run_info(
-            self.run_dir, self.settings, shard=shard, repeats=self.settings.repeats, datasets=datasets,
-            rootdir=str(rootdir),
-        )  # fmt: skip
+    def mark_started(self) -> None:
+        """Owner, with --gym-run-timeout: the run's start, from which every process of the run counts it."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / RUN_STARTED_FILE).write_text(repr(time.time()), encoding="utf-8")
+
+    def deadline(self) -> float | None:
+        """When --gym-run-timeout ends the run (epoch seconds), from the owner's start; None without it."""
+        timeout = self.settings.run_timeout
+        if timeout is None:
+            return None
+        try:
+            started = float((self.run_dir / RUN_STARTED_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            started = time.time()
+        return started + timeout
 
     def concurrency_summary(self) -> ConcurrencySummary | None:
         """Rate limits the run met and its concurrency limit over time (from the run folder: every process's)."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.rollout.admission import NotAdmitted
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount
 from pytest_gym.runfolder.records import outcome_from_failure, outcome_from_rollout, with_task_index
 from pytest_gym.runfolder.runinfo import Reusable
@@ -29,12 +30,16 @@ if TYPE_CHECKING:
 
 
 class NotRun(Exception):
-    """The trial has no outcome: why (one line for the report), and the fault its reports carry, if any."""
+    """The trial has no outcome: why (one line for the report), and the fault its reports carry, if any.
 
-    def __init__(self, message: str, fault: TrialOutcome | None = None) -> None:
+    ``skipped``: the trial is reported as skipped (a budget ran out, its verdict was decided without it);
+    ``fault`` then is the outcome whose properties name it (``TrialOutcome.skipped``)."""
+
+    def __init__(self, message: str, fault: TrialOutcome | None = None, skipped: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.fault = fault
+        self.skipped = skipped
 
 
 class TrialSource(Protocol):
@@ -45,6 +50,9 @@ class TrialSource(Protocol):
 
     def outcome(self, spec: TrialSpec) -> TrialOutcome:
         """The trial's outcome; ``NotRun`` when it has none."""
+
+    def known(self, planned: Sequence[TrialSpec]) -> list[TrialOutcome]:
+        """Outcomes of ``planned`` this source has before any rollout (reused ones): what admission starts from."""
 
 
 @dataclass
@@ -63,6 +71,9 @@ class Fresh:
     def answered_here(self, planned: Sequence[TrialSpec]) -> frozenset[str]:
         return frozenset()
 
+    def known(self, planned: Sequence[TrialSpec]) -> list[TrialOutcome]:
+        return []
+
     def outcome(self, spec: TrialSpec) -> TrialOutcome:
         self._check_deadline(spec)
         self.open_gym()
@@ -78,6 +89,8 @@ class Fresh:
             found: TrialOutcome | None = self.run.dispatcher.result(spec, remaining)
         except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
             found = None
+        except NotAdmitted as refused:
+            raise NotRun(refused.reason, TrialOutcome.for_spec(spec, skipped=refused.kind), skipped=True) from None
         if found is None:
             self._check_deadline(spec)
             raise NotRun("cancelled: the run was stopped before this rollout started")
@@ -125,6 +138,15 @@ class Resumed:
     def answered_here(self, planned: Sequence[TrialSpec]) -> frozenset[str]:
         return frozenset(s.nodeid for s in planned if self.reusable.take(s.task.hash, s.repeat) is not None)
 
+    def known(self, planned: Sequence[TrialSpec]) -> list[TrialOutcome]:
+        found = []
+        for spec in planned:
+            record = self.reusable.take(spec.task.hash, spec.repeat)
+            outcome = outcome_from_rollout(spec, record, reused=True) if record is not None else None
+            if outcome is not None:
+                found.append(outcome)
+        return found
+
     def outcome(self, spec: TrialSpec) -> TrialOutcome:
         record = self.reusable.take(spec.task.hash, spec.repeat)
         outcome = outcome_from_rollout(spec, record, reused=True) if record is not None else None
@@ -144,6 +166,9 @@ class Rescored:
     def answered_here(self, planned: Sequence[TrialSpec]) -> frozenset[str]:
         return frozenset(s.nodeid for s in planned)
 
+    def known(self, planned: Sequence[TrialSpec]) -> list[TrialOutcome]:
+        return []  # nothing is dispatched: nothing to admit
+
     def outcome(self, spec: TrialSpec) -> TrialOutcome:
         outcome = self.rescored.outcome(spec)  # no rollout: the saved answer, verified again
         self.run.open_writer().record(outcome)
@@ -158,6 +183,9 @@ class Merged:
 
     def answered_here(self, planned: Sequence[TrialSpec]) -> frozenset[str]:
         return frozenset(s.nodeid for s in planned)
+
+    def known(self, planned: Sequence[TrialSpec]) -> list[TrialOutcome]:
+        return []  # nothing is dispatched: nothing to admit
 
     def outcome(self, spec: TrialSpec) -> TrialOutcome:
         from pytest_gym.runfolder.merge import MissingTrial, missing_message
