@@ -24,7 +24,7 @@ _OPTIONAL_SECTIONS = ("baseline", "totals", "baseline_note", "ci_note", "gates_d
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=False)
+    model_config = ConfigDict(extra="allow", frozen=False, defer_build=True)
 
 
 class GateSummary(_Model):
