@@ -32,7 +32,6 @@ from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
-from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
@@ -42,7 +41,6 @@ from pytest_gym.runfolder.layout import (
     RUN_INFO_FILE,
     RUN_STARTED_FILE,
 )
-from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
 from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
@@ -240,6 +238,8 @@ class GymSession:
         missing = [i for i in items if isinstance(i, GymTrial) and i.spec.key not in merged]
         if not missing:
             return
+        from pytest_gym.runfolder.merge import MissingTrial, missing_message
+
         trials = [MissingTrial(item.nodeid, item.spec.task.hash, item.spec.repeat) for item in missing]
         if self.settings.merge_allow_missing:
             message = missing_message(trials, merged.folders, "Deselected (--gym-merge-allow-missing).")
@@ -465,6 +465,8 @@ class GymSession:
             return
         entries = None
         if self.merged is not None:
+            from pytest_gym.runfolder.merge import write_merged_run
+
             judged = {(task_hash, repeat) for _, task_hash, repeat in results.trials}
             for note in (
                 self._step("writing the merged run folder", write_merged_run, self.merged, self.run_dir, judged) or []
@@ -530,6 +532,8 @@ class GymSession:
         xmlpath = getattr(self.config.option, "xmlpath", None)
         if not xmlpath or not Path(xmlpath).exists():
             return
+        from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit  # junitparser: only here
+
         suites = {name: flat_properties(suite) for name, suite in (self.summary.suites if self.summary else {}).items()}
         try:
             postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True)
