@@ -12,9 +12,11 @@ trials fail. Then, interleaved over ROUNDS rounds (so a busy minute of the machi
   odd row's R repeats) with an assertion message of the same kind and length;
 - both again with ``-n 2``.
 
-Each is a whole process (start-up imports count); its CPU is user + sys of the process and its children
-(``os.wait4``: the xdist workers are its children). It prints the medians, the ratio pytest-gym / plain and
-pytest-gym's own share per trial in ms ((pytest-gym - plain) / trials), for one process and for ``-n 2``.
+``--before DIR`` also measures the plugin from an earlier source tree (``git archive REV pytest_gym | tar -x
+-C DIR``), interleaved with the rest. Each is a whole process (start-up imports count); its CPU is user + sys
+of the process and its children (``os.wait4``: the xdist workers are its children). It prints the medians,
+the ratio pytest-gym / plain and pytest-gym's own share per trial in ms ((pytest-gym - plain) / trials), for
+one process and for ``-n 2``.
 Target (issue 19): a run costs at most 1.25x plain pytest's CPU.
 
 Every command runs as a normal Python does, caching bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped from
@@ -96,10 +98,12 @@ class Run:
     output: str
 
 
-def run_process(args: Sequence[str], cwd: Path, timeout: float = RUN_TIMEOUT_S) -> Run:
+def run_process(args: Sequence[str], cwd: Path, timeout: float = RUN_TIMEOUT_S, pythonpath: Path | None = None) -> Run:
     """Run a command as its own process group; CPU (user + sys) of it and its waited-for children (wait4)."""
     log = cwd / f"output-{time.monotonic_ns()}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     for name in ("PYTEST_ADDOPTS", "PYTHONDONTWRITEBYTECODE", "PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST"):
         env.pop(name, None)
     with log.open("wb") as out:
@@ -169,9 +173,11 @@ class Side:
     name: str
     args: list[str]
     folder: Path
+    #: Run the plugin from this source tree (an earlier version), measured beside the current one.
+    source: Path | None = None
 
 
-def sides(url: str, work: Path, rows: int, repeats: int) -> list[Side]:
+def sides(url: str, work: Path, rows: int, repeats: int, before: Path | None = None) -> list[Side]:
     gym = work / "gym"
     plain = work / "plain"
     for folder in (gym, plain):
@@ -186,12 +192,16 @@ def sides(url: str, work: Path, rows: int, repeats: int) -> list[Side]:
         "--gym-repeats", str(repeats), "--gym-run-dir=run",
     ]  # fmt: skip
     plain_args = [*base_args(), "-p", "no:gym", "test_plain.py"]
-    return [
+    measured = [
         Side("pytest-gym", gym_args, gym),
         Side("plain", plain_args, plain),
         Side("pytest-gym -n 2", [*gym_args, "-n", "2"], gym),
         Side("plain -n 2", [*plain_args, "-n", "2"], plain),
     ]
+    if before is not None:
+        measured.insert(1, Side("pytest-gym (before)", gym_args, gym, before))
+        measured.append(Side("pytest-gym -n 2 (before)", [*gym_args, "-n", "2"], gym, before))
+    return measured
 
 
 def check(side: Side, run: Run, trials: int) -> str:
@@ -213,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="repeats per row (default 4)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds; medians are reported (default 5)")
     parser.add_argument("--no-xdist", action="store_true", help="skip the -n 2 runs")
+    parser.add_argument(
+        "--before", type=Path, help="a source tree of an earlier pytest-gym: also measure it, interleaved"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the work files here (default: a temporary folder)")
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -233,28 +246,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
         print(f"machine: {os.cpu_count()} CPUs, load average {load}, Python {sys.version.split()[0]}; work {work}")
         print(f"== CPU: {rows} rows x {repeats} repeats = {trials} trials, half failing, {rounds} round(s) ==")
-        measured = [s for s in sides(url, work, rows, repeats) if not (options.no_xdist and "-n" in s.name)]
+        before = options.before.resolve() if options.before else None
+        measured = [s for s in sides(url, work, rows, repeats, before) if not (options.no_xdist and "-n" in s.name)]
         for side in measured:  # warm-up: bytecode caches, as any second run on a machine finds them
-            run_process([*side.args, "--co"], side.folder)
+            run_process([*side.args, "--co"], side.folder, pythonpath=side.source)
         cpu: dict[str, list[float]] = {side.name: [] for side in measured}
         problems: list[str] = []
         for number in range(rounds):
             for side in measured:
                 shutil.rmtree(side.folder / "run", ignore_errors=True)  # each run writes a fresh run folder
-                run = run_process(side.args, side.folder)
+                run = run_process(side.args, side.folder, pythonpath=side.source)
                 problem = check(side, run, trials)
                 if problem:
                     problems.append(f"{side.name} (round {number + 1}): {problem}")
                 cpu[side.name].append(run.cpu_s)
                 print(
-                    f"  round {number + 1}  {side.name:<16} cpu {run.cpu_s:6.2f} s  wall {run.seconds:6.2f} s  "
+                    f"  round {number + 1}  {side.name:<24} cpu {run.cpu_s:6.2f} s  wall {run.seconds:6.2f} s  "
                     f"{last_line(run.output)}",
                     flush=True,
                 )
     medians = {name: statistics.median(values) for name, values in cpu.items()}
     print("\n== medians (CPU s: user + sys of the process and its children) ==")
     ok = not problems
-    for gym_name, plain_name in (("pytest-gym", "plain"), ("pytest-gym -n 2", "plain -n 2")):
+    pairs = [("pytest-gym", "plain"), ("pytest-gym (before)", "plain")]
+    pairs += [("pytest-gym -n 2", "plain -n 2"), ("pytest-gym -n 2 (before)", "plain -n 2")]
+    for gym_name, plain_name in pairs:
         if gym_name not in medians:
             continue
         gym_cpu, plain_cpu = medians[gym_name], medians[plain_name]
@@ -262,7 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         share = 1000 * (gym_cpu - plain_cpu) / trials
         met = ratio <= TARGET
         print(
-            f"  {gym_name:<16} {gym_cpu:6.2f} s vs {plain_name:<11} {plain_cpu:6.2f} s: ratio {ratio:.2f}x "
+            f"  {gym_name:<24} {gym_cpu:6.2f} s vs {plain_name:<11} {plain_cpu:6.2f} s: ratio {ratio:.2f}x "
             f"(target <= {TARGET:.2f}x: {'MET' if met else 'MISS'}); pytest-gym's own share "
             f"{share:.2f} ms per trial (plain pytest {1000 * plain_cpu / trials:.2f} ms per test)"
         )
