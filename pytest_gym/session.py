@@ -42,14 +42,12 @@ from pytest_gym.judge.sequential import run_seed
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
 from pytest_gym.judge.verdict_word import annotate
-from pytest_gym.report.junit import JUnitUnusable, postprocess_junit, summary_properties
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import run_lines, write_section
 from pytest_gym.review import compare_answers
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.layout import EXPORTED_FILES
-from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
 from pytest_gym.runfolder.runinfo import write_shard_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
@@ -219,6 +217,8 @@ class GymSession:
         missing = list({id(item): item for item, _ in lacking}.values())
         if not missing:
             return
+        from pytest_gym.runfolder.merge import MissingTrial, missing_message
+
         trials = [MissingTrial(s.nodeid, s.task.hash, s.repeat) for _, s in lacking]
         if self.settings.merge_allow_missing:
             message = missing_message(trials, merged.folders, "Deselected (--gym-merge-allow-missing).")
@@ -444,6 +444,8 @@ class GymSession:
             return
         entries = None
         if self.merged is not None:
+            from pytest_gym.runfolder.merge import write_merged_run
+
             judged = {(task_hash, repeat) for _, task_hash, repeat in results.trials}
             for note in (
                 self._step("writing the merged run folder", write_merged_run, self.merged, self.run_dir, judged) or []
@@ -519,15 +521,15 @@ class GymSession:
         xmlpath = getattr(self.config.option, "xmlpath", None)
         if not xmlpath or not Path(xmlpath).exists():
             return
+        from pytest_gym.report.junit import (  # junitparser: only here
+            JUnitUnusable,
+            postprocess_junit,
+            summary_properties,
+        )
+
         try:
-            health = self.results.health_properties() if self.results is not None else {}
-            postprocess_junit(
-                Path(xmlpath),
-                summary_properties(self.summary),
-                xsd_strict=True,
-                keep_errors=True,
-                case_properties=health,
-            )
+            suites, health = summary_properties(self.summary), self.results.health_properties() if self.results else {}
+            postprocess_junit(Path(xmlpath), suites, xsd_strict=True, keep_errors=True, case_properties=health)
         except JUnitUnusable as exc:
             self.add_note(str(exc))
             if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):

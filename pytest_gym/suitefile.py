@@ -24,7 +24,7 @@ class SuiteFileError(Exception):
 class SuiteFile(BaseModel):
     """What a suite file may say (names as in the ini file, without the ``gym_`` prefix)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     dataset: str | None = Field(None, min_length=1)
     #: A Gym benchmark: its servers are started with the run's, its prepared data is the dataset.

@@ -236,6 +236,26 @@ def _given_as_secret(name: str) -> bool:
     return name == POLICY_KEY_ENV or name in _SECRET_ENV
 
 
+#: The secret-named environment variables and what they were found from (the variables' raw names, the count
+#: of registered names): walking ``os.environ`` decodes every name, most of what a ``Masker`` costs.
+_LAST_NAMES: tuple[tuple[Any, ...], int, list[str]] | None = None
+
+
+def _secret_names() -> list[str]:
+    """The names of the environment variables whose values may be secrets, found again only when the set of
+    variables (or of the registered names) changed."""
+    global _LAST_NAMES
+    raw = getattr(os.environ, "_data", None)  # CPython's undecoded mapping; without it, walk the names every time
+    keys = tuple(raw) if isinstance(raw, dict) else None
+    last = _LAST_NAMES
+    if keys is not None and last is not None and last[0] == keys and last[1] == len(_SECRET_ENV):
+        return last[2]
+    names = [name for name in os.environ if _secret_named(name)]
+    if keys is not None:
+        _LAST_NAMES = (keys, len(_SECRET_ENV), names)
+    return names
+
+
 def known_secrets() -> list[str]:
     """Values that must never appear, longest first: the policy key, the ``--gym-header`` variables', the
     ``--gym-secret-env`` values, and secret-named environment variables' that look like credentials.
@@ -245,7 +265,7 @@ def known_secrets() -> list[str]:
     """
     global _LAST_SECRETS
     environ = os.environ
-    named = tuple((name, environ.get(name, "")) for name in environ if _secret_named(name))
+    named = tuple((name, environ.get(name, "")) for name in _secret_names())
     basis = (named, len(_EXTRA_SECRETS))  # registered secrets are only ever added: their count says it
     last = _LAST_SECRETS
     if last is not None and last[0] == basis:

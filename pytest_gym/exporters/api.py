@@ -123,7 +123,7 @@ class ExportResult:
 class ExportSettings(BaseModel):
     """Base for exporter settings: unknown keys are errors, so a typo is never ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Exporter(ABC):

@@ -47,7 +47,7 @@ class BaselineError(Exception):
 
 class _Strict(BaseModel):
     # Unknown keys are rejected: in a hand-edited file they are typos, not data.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
 
 class TaskRecord(_Strict):

@@ -32,7 +32,7 @@ VERDICT_WORDS = ("PASS", "WARN", "FAIL", "INCONCLUSIVE")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=False)
+    model_config = ConfigDict(extra="allow", frozen=False, defer_build=True)
 
 
 class GateSummary(_Model):

@@ -28,6 +28,7 @@ that shrinks with the number of trials, so a 10,000-trial run stays a few MB; ro
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -797,6 +798,27 @@ def _static(name: str) -> str:
     return (resources.files("pytest_gym.report") / "static" / name).read_text(encoding="utf-8")
 
 
+def _bytecode_cache() -> Any:
+    """Jinja's cache of compiled templates (its own per-user folder, mode 0700, checked by Jinja), so a run does not
+    parse and compile the page's template again (most of the page's CPU); None where that folder is not usable.
+    A write that fails leaves the cache out; the page is the same either way."""
+    import jinja2
+
+    class _Cache(jinja2.FileSystemBytecodeCache):
+        def dump_bytecode(self, bucket: Any) -> None:
+            with contextlib.suppress(OSError):
+                super().dump_bytecode(bucket)
+
+        def load_bytecode(self, bucket: Any) -> None:
+            with contextlib.suppress(OSError, ValueError, EOFError, TypeError):
+                super().load_bytecode(bucket)
+
+    try:
+        return _Cache()
+    except (OSError, RuntimeError):
+        return None
+
+
 def render(data: dict[str, Any]) -> str:
     """The HTML page for ``report_data``'s result."""
     import jinja2
@@ -810,6 +832,7 @@ def render(data: dict[str, Any]) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
+        bytecode_cache=_bytecode_cache(),
     )
     env.filters["num"] = charts.fmt
     suite_charts = []

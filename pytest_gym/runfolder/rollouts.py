@@ -216,7 +216,7 @@ def aggregate_answer(data: bytes) -> dict[str, Any]:
         raise ValueError(f"the answer is not JSON ({exc})") from None
     if not isinstance(answer, dict):
         raise ValueError(f"the answer is a JSON {type(answer).__name__}, not an object")
-    if json_depth_exceeds(answer):
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and json_depth_exceeds(answer):
         raise ValueError(f"the answer nests deeper than {MAX_DEPTH} levels")
     for name in _AGGREGATE_OBJECTS:
         if answer.get(name) is not None and not isinstance(answer[name], dict):

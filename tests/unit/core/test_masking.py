@@ -387,6 +387,21 @@ def test_known_secrets_follow_every_change_of_the_environment(monkeypatch: pytes
     assert "policy-key-value" in known_secrets()
 
 
+def test_a_variable_registered_as_secret_counts_at_once_though_no_variable_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The secret-named variables are found again only when the set of variables changes, or when a name is
+    registered (``--gym-header NAME=ENVVAR``): the names already seen are no reason to miss the new one."""
+    from pytest_gym.core import masking
+
+    monkeypatch.setattr(masking, "_SECRET_ENV", set())
+    monkeypatch.setenv("PLAIN_HEADER_VALUE", "header-value-123")
+    assert "header-value-123" not in masking.known_secrets()
+    masking.register_secret_env("PLAIN_HEADER_VALUE")
+    assert "header-value-123" in masking.known_secrets()
+    assert masking.mask_secrets("sent header-value-123") == "sent ***"
+
+
 def test_url_and_path_valued_secret_variables_cut_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """GitHub Actions' OIDC URL and a service-account path are "secret-named" but hold no secret (issue 20)."""
     monkeypatch.setenv("ACTIONS_ID_TOKEN_REQUEST_URL", "https://pipelines.actions.githubusercontent.com/abc/idtoken")

@@ -526,3 +526,43 @@ def test_a_lone_surrogate_metric_name_and_huge_rewards_still_give_a_page(tmp_pat
     data = page_data(html)
     assert len(data["tasks"]) == 3
     assert data["run"]["gym_metrics"] == [{"agent": "agent", "metrics": {"mean/x": 1.0}}]
+
+
+def test_the_page_is_the_same_with_the_compiled_template_cached_fresh_or_without_a_usable_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The template is compiled once per machine (Jinja's bytecode cache); a cache folder that cannot be used,
+    or a cached file that is not Jinja's, changes nothing on the page."""
+    import jinja2
+
+    from pytest_gym.report import html
+
+    records = [{"reward": r, "_ng_task_index": i, "_ng_rollout_index": 0} for i, r in enumerate((1.0, 0.0))]
+    (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    data = report_data(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setattr(jinja2.FileSystemBytecodeCache, "__init__", _cache_in(cache))
+    fresh = html.render(data)
+    assert list(cache.iterdir()), "the compiled template was not cached"
+    assert html.render(data) == fresh  # from the cache
+    for stored in cache.iterdir():
+        stored.write_bytes(b"not a compiled template")
+    assert html.render(data) == fresh
+
+    def unusable(self: object, *args: object) -> None:
+        raise RuntimeError("The cache directory is not safe to use")  # what Jinja says of a foreign folder
+
+    monkeypatch.setattr(jinja2.FileSystemBytecodeCache, "__init__", unusable)
+    assert html.render(data) == fresh
+
+
+def _cache_in(folder: Path) -> Any:
+    import jinja2
+
+    original = jinja2.FileSystemBytecodeCache.__init__
+
+    def init(self: Any, *args: object) -> None:
+        original(self, str(folder))
+
+    return init

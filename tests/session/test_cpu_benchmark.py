@@ -1,0 +1,36 @@
+"""benchmarks/cpu.py runs end to end (a smoke run, not a timing test: speed is what the script prints)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_without_xdist(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "cpu.py"), "--quick", "--rows", "10", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    # Every measured run reported all 20 trials, half of them failed, on both sides.
+    assert len(re.findall(r"round 1 +(pytest-gym|plain)( -n 2)? +cpu .* 10 failed, 10 passed", output)) == 4, output
+    for side, plain in (("pytest-gym", "plain"), ("pytest-gym -n 2", "plain -n 2")):
+        line = re.search(
+            rf"^  {re.escape(side)} +\d+\.\d\d s vs {re.escape(plain)} +\d+\.\d\d s: ratio (\d+\.\d\d)x "
+            r"\(target <= 1\.25x: (MET|MISS)\); pytest-gym's own share -?\d+\.\d\d ms per trial",
+            output,
+            re.MULTILINE,
+        )
+        assert line is not None, output
+        assert float(line.group(1)) > 0
+    assert "all runs correct" in output
