@@ -318,8 +318,9 @@ class GymSession:
         self.source = source
         return source
 
-    def open_gym(self, session: pytest.Session) -> GymServer:
-        """The deployment, acquired once per process; dispatching of the planned trials starts with it."""
+    def open_gym(self, session: pytest.Session, early: bool = False) -> GymServer:
+        """The deployment, acquired once per process; dispatching of the planned trials starts with it.
+        ``early``: before any trial (an xdist worker's prefetch), whose error no one sees: a trial reports it."""
         # Once acquired, or known unreachable, no plan is made again: per trial that would be O(trials^2).
         if self.run.server is not None:
             return self.run.server
@@ -331,7 +332,8 @@ class GymSession:
             self.run.settings = self.suites.start_settings()
             return self.run.open(planned, worker_queue(session, planned), skip=source.answered_here(planned))
         except GymError as exc:
-            pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)
+            message = clean_text(self.run.unavailable(exc, report=not early), MAX_MESSAGE)
+        pytest.fail(message, pytrace=False)  # outside the except block: no chained traceback
 
     def trial_outcome(self, item: GymTrial) -> TrialOutcome:
         """The outcome of ``item`` from this run's source; a fault fails the setup phase."""

@@ -45,6 +45,13 @@ if TYPE_CHECKING:
     from pytest_gym.rollout.dispatcher import Dispatcher
 
 
+#: A trial left without Gym when the cause is reported already (by the first trial that needed it).
+NOT_RUN = (
+    "pytest-gym: not run: Gym is unavailable (it did not start, or could not be reached); the cause is reported "
+    "once, with the first trial that needed it"
+)
+
+
 @dataclass
 class GymRun:
     """Deployment, dispatcher and run-folder writer of one process; the owner also stops the deployment."""
@@ -61,6 +68,8 @@ class GymRun:
     dispatcher: Dispatcher | None = None  # imported when a process opens Gym: the xdist controller never does
     writer: RunFolderWriter | None = None
     error: str | None = None
+    #: Whether ``error`` is reported already: by a trial of this process, or by the process that met it first.
+    error_reported: bool = False
     gym_dead: str | None = None
     notes: list[str] = field(default_factory=list)
     finalizer: Finalizer | None = None
@@ -103,6 +112,7 @@ class GymRun:
                 endpoint = acquire(self.settings, self.run_dir, self.access, self.owner_pid)
             except GymError as exc:
                 self.error = str(exc)
+                self.error_reported = exc.reported_elsewhere
                 raise
             if self.settings.url and self.worker is not None:
                 self._record_attached(endpoint)
@@ -129,6 +139,14 @@ class GymRun:
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
+
+    def unavailable(self, exc: GymError, report: bool = True) -> str:
+        """What a trial that needed Gym reports when it is unavailable: the first one the cause, each other one
+        line (one error per cause: the same traceback per trial buries it). ``report``: the message is shown."""
+        if self.error_reported or exc.reported_elsewhere:
+            return NOT_RUN
+        self.error_reported = report
+        return f"pytest-gym: {exc}\n(every other trial that needed Gym is reported as not run because of this)"
 
     def rescore(self, source: Path) -> RescoreResult:
         """--gym-rescore: acquire the deployment (no dispatcher: nothing is rolled out) and re-verify every
