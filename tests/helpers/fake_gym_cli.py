@@ -9,7 +9,8 @@ On SIGINT it takes ``FAKE_GYM_STOP_S`` seconds to stop, like Gym's slow shutdown
 stops it. ``FAKE_GYM_RUN_S`` makes each ``/run`` take that long; ``FAKE_GYM_ENV_NAMES`` (comma-separated)
 records digests of those variables, ``FAKE_GYM_ECHO`` prints their values to the log. With ``FAKE_GYM_FAIL=1``
 it prints a pydantic error, 70 lines of noise and exits 1; with ``FAKE_GYM_FAIL=uv`` what Gym prints without
-``uv`` on PATH (the cause 60 lines before the end, under a traceback about a server that stopped). With ``FAKE_GYM_PORT_RACE=N`` its first N starts
+``uv`` on PATH (the cause 60 lines before the end, under a traceback about a server that stopped).
+With ``FAKE_GYM_PORT_RACE=N`` its first N starts
 fail as Gym does when a port it picked is taken before its server binds it (counted in ``starts``).
 Every process of a test run carries ``PYTEST_GYM_TEST_MARK`` in its environment (tests/helpers/processes.py).
 """

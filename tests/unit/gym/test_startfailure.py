@@ -22,7 +22,8 @@ def test_known_causes_name_their_fix(cause: str, fix: str) -> None:
     import fnmatch
 
     found = fix_for(cause)
-    assert found is not None and fnmatch.fnmatch(found, fix), found
+    assert found is not None
+    assert fnmatch.fnmatch(found, fix), found
 
 
 def test_an_unknown_cause_names_no_fix() -> None:
