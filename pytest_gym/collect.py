@@ -23,6 +23,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.current import current_session
+from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
@@ -252,7 +253,7 @@ class GymSuiteFile(GymDatasetFile):
     def collect(self) -> Iterable[GymTrial]:
         config = self.config
         settings, suite = suite_settings(
-            self.path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+            self.path, config.getoption, config.getini, config.invocation_params.dir, ini_dir(config)
         )
         session = current_session(config)
         assert session is not None  # the suite file was collected through it

@@ -30,6 +30,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
+from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
 from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit
@@ -37,11 +38,7 @@ from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
 from pytest_gym.report.terminal import write_section
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
-from pytest_gym.runfolder.layout import (
-    EXPORTED_FILES,
-    RUN_INFO_FILE,
-    RUN_STARTED_FILE,
-)
+from pytest_gym.runfolder.layout import EXPORTED_FILES, RUN_INFO_FILE, RUN_STARTED_FILE
 from pytest_gym.runfolder.merge import MissingTrial, missing_message, write_merged_run
 from pytest_gym.runfolder.records import RecordError
 from pytest_gym.runfolder.runinfo import dataset_entries, write_run_info
@@ -62,7 +59,7 @@ T = TypeVar("T")
 
 def settings_of(config: pytest.Config) -> GymSettings:
     try:
-        return resolve(config.getoption, config.getini, cli_base=config.invocation_params.dir, ini_base=config.rootpath)
+        return resolve(config.getoption, config.getini, cli_base=config.invocation_params.dir, ini_base=ini_dir(config))
     except SettingError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -164,6 +161,7 @@ class GymSession:
                 run_dir=run_dir if owner else worker_run_dir(workerinput),
                 shard_on_command_line=config.getoption("gym_shard") is not None,
                 collect_only=bool(config.option.collectonly),
+                bases=(config.invocation_params.dir, ini_dir(config)),
             )
         except PlanError as exc:
             raise pytest.UsageError(str(exc)) from None

@@ -130,3 +130,15 @@ def recorded_argv(folder: Path) -> list[str]:
 
     argv: list[str] = json.loads((folder / "argv.json").read_text(encoding="utf-8"))["argv"]
     return argv
+
+
+def install_with_root(folder: Path, configs: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """The fake ``gym`` in a venv-like ``folder`` whose site-packages holds ``nemo_gym`` (Gym's install root,
+    as pytest-gym finds it) and the given config files (``{}``); returns (the gym CLI, the install root)."""
+    site = folder / "lib" / "python3.13" / "site-packages"
+    (site / "nemo_gym").mkdir(parents=True, exist_ok=True)
+    (site / "nemo_gym" / "__init__.py").write_text("")
+    for config in configs:
+        (site / config).parent.mkdir(parents=True, exist_ok=True)
+        (site / config).write_text("{}\n")
+    return install(folder / "bin"), site
