@@ -14,9 +14,6 @@ ENVIRONMENT_TYPE = "environment_servers"
 class GymError(Exception):
     """Gym could not be started or reached; the message says why and where to look."""
 
-    #: Another process of the run met this error first (a start it recorded): that process reports it.
-    reported_elsewhere: bool = False
-
 
 @dataclass
 class ServerInstance:

@@ -260,9 +260,7 @@ def acquire(
         state = read_state(run_dir)
         if state is not None:
             if state.get("error"):
-                error = GymError(state["error"])
-                error.reported_elsewhere = True  # by the process whose start failed
-                raise error
+                raise GymError(state["error"])
             return GymEndpoint.from_json(state["endpoint"])
         try:
             endpoint, started = start_deployment(settings, run_dir, owner_pid=owner_pid, access=access)

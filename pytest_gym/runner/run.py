@@ -29,7 +29,7 @@ from pytest_gym.gym.deployment import acquire, read_state, release
 from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
-from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, UNAVAILABLE_REPORTED
 from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
     aggregate_answer,
@@ -68,7 +68,7 @@ class GymRun:
     dispatcher: Dispatcher | None = None  # imported when a process opens Gym: the xdist controller never does
     writer: RunFolderWriter | None = None
     error: str | None = None
-    #: Whether ``error`` is reported already: by a trial of this process, or by the process that met it first.
+    #: Whether a trial of this process reported ``error`` already (or learnt that another one did).
     error_reported: bool = False
     gym_dead: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -112,7 +112,6 @@ class GymRun:
                 endpoint = acquire(self.settings, self.run_dir, self.access, self.owner_pid)
             except GymError as exc:
                 self.error = str(exc)
-                self.error_reported = exc.reported_elsewhere
                 raise
             if self.settings.url and self.worker is not None:
                 self._record_attached(endpoint)
@@ -141,11 +140,20 @@ class GymRun:
         return self.server
 
     def unavailable(self, exc: GymError, report: bool = True) -> str:
-        """What a trial that needed Gym reports when it is unavailable: the first one the cause, each other one
-        line (one error per cause: the same traceback per trial buries it). ``report``: the message is shown."""
-        if self.error_reported or exc.reported_elsewhere:
+        """What a trial that needed Gym reports when it is unavailable: one trial of the run (of any xdist
+        worker: the first to claim it) the cause, every other one line; the same traceback per trial buries it.
+        ``report``: the message is shown (an xdist worker's early start shows nothing)."""
+        if self.error_reported:
             return NOT_RUN
-        self.error_reported = report
+        if report:
+            self.error_reported = True
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                os.close(os.open(self.run_dir / UNAVAILABLE_REPORTED, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return NOT_RUN
+            except OSError:
+                pass  # said twice rather than never
         return f"pytest-gym: {exc}\n(every other trial that needed Gym is reported as not run because of this)"
 
     def rescore(self, source: Path) -> RescoreResult:

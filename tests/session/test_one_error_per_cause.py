@@ -51,3 +51,19 @@ def test_a_failed_start_of_18_trials_says_its_cause_once_and_one_line_per_trial(
         ]
     )
     assert text.count("not run: Gym is unavailable") == ROWS * REPEATS - 1, text
+
+
+@pytest.mark.parametrize("dist", ["loadfile", "load"])
+def test_the_cause_is_reported_whichever_worker_started_gym(
+    pytester: pytest.Pytester, eighteen: Path, monkeypatch: pytest.MonkeyPatch, dist: str
+) -> None:
+    """Both workers try Gym as soon as they collected; one starts it, and the trials may all go to the other
+    (--dist loadfile, or one trial): the cause is still reported once, by the first trial to claim it."""
+    monkeypatch.setenv("FAKE_GYM_FAIL", "uv")
+    result = pytester.runpytest_subprocess(
+        *start_args(eighteen), "--gym-dataset", "six.jsonl", "-n", "2", "--dist", dist
+    )
+    result.assert_outcomes(errors=ROWS, deselected=0)
+    text = result.stdout.str()
+    assert text.count("first error in the log: (mcqa_environment_server) /bin/bash: line 1: uv: command not found") == 1
+    assert text.count("not run: Gym is unavailable") == ROWS - 1
