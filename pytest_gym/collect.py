@@ -25,6 +25,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.core.taskrule import parse_task_rule
 from pytest_gym.current import current_session
+from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.known import KnownFailures
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.judge.sequential import task_order
@@ -441,7 +442,7 @@ class GymSuiteFile(GymDatasetFile):
     def collect(self) -> Iterable[GymTrial | GymTask]:
         config = self.config
         settings, suite = suite_settings(
-            self.path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+            self.path, config.getoption, config.getini, config.invocation_params.dir, ini_dir(config)
         )
         session = current_session(config)
         assert session is not None  # the suite file was collected through it

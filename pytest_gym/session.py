@@ -38,6 +38,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties, ta
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
 from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
+from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.sequential import run_seed
 from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
@@ -67,7 +68,7 @@ T = TypeVar("T")
 
 def settings_of(config: pytest.Config) -> GymSettings:
     try:
-        return resolve(config.getoption, config.getini, cli_base=config.invocation_params.dir, ini_base=config.rootpath)
+        return resolve(config.getoption, config.getini, cli_base=config.invocation_params.dir, ini_base=ini_dir(config))
     except SettingError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -161,6 +162,7 @@ class GymSession:
                 run_dir=run_dir if owner else worker_run_dir(workerinput),
                 shard_on_command_line=config.getoption("gym_shard") is not None,
                 collect_only=bool(config.option.collectonly),
+                bases=(config.invocation_params.dir, ini_dir(config)),
             )
         except PlanError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -295,8 +297,9 @@ class GymSession:
         self.source = source
         return source
 
-    def open_gym(self, session: pytest.Session) -> GymServer:
-        """The deployment, acquired once per process; dispatching of the planned trials starts with it."""
+    def open_gym(self, session: pytest.Session, early: bool = False) -> GymServer:
+        """The deployment, acquired once per process; dispatching of the planned trials starts with it.
+        ``early``: before any trial (an xdist worker's prefetch), whose error no one sees: a trial reports it."""
         # Once acquired, or known unreachable, no plan is made again: per trial that would be O(trials^2).
         if self.run.server is not None:
             return self.run.server
@@ -309,7 +312,8 @@ class GymSession:
             admission = self.suites.admission(planned, source.known(planned))
             return self.run.open(planned, worker_queue(session, planned), source.answered_here(planned), admission)
         except GymError as exc:
-            pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)
+            message = clean_text(self.run.unavailable(exc, report=not early), MAX_MESSAGE)
+        pytest.fail(message, pytrace=False)  # outside the except block: no chained traceback
 
     def spec_outcome(self, session: pytest.Session, spec: TrialSpec) -> TrialOutcome:
         """One trial's outcome from this run's source (``NotRun`` when it has none): a task item's trials."""

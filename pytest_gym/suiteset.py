@@ -22,6 +22,7 @@ from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
+from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.suites import SuiteVerdict
 from pytest_gym.runfolder.layout import BENCHMARK_METRICS_FILE
@@ -132,13 +133,13 @@ class Suites:
         for name in self.settings.benchmark:
             try:
                 overrides = benchmark_overrides(
-                    name, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+                    name, config.getoption, config.getini, config.invocation_params.dir, ini_dir(config)
                 )
                 settings = resolve(
                     config.getoption,
                     config.getini,
                     cli_base=config.invocation_params.dir,
-                    ini_base=config.rootpath,
+                    ini_base=ini_dir(config),
                     overrides=overrides,
                 )
             except (SuiteFileError, SettingError) as exc:
@@ -163,7 +164,8 @@ class Suites:
             if not Path(dataset).is_file():
                 raise pytest.UsageError(
                     f"pytest-gym: dataset {dataset} does not exist (from --gym-dataset or gym_dataset); "
-                    "check the path (relative paths: command line from the current folder, ini from the rootdir)"
+                    "check the path (relative paths: command line from the current folder, ini from the ini file's "
+                    "folder)"
                 )
         from_cli = bool(config.getoption("gym_dataset")) or self.merged  # a merge judges only them
         if from_cli and config.args_source != pytest.Config.ArgsSource.ARGS:
@@ -203,7 +205,7 @@ class Suites:
         if not is_suite_file(path):
             return self.settings, self.gates
         settings, _ = suite_settings(
-            path, config.getoption, config.getini, config.invocation_params.dir, config.rootpath
+            path, config.getoption, config.getini, config.invocation_params.dir, ini_dir(config)
         )
         return settings, usage_gates(settings.gate, f"suite file {path}")
 

@@ -129,7 +129,7 @@ class XdistHooks:
             return  # with --gym-resume, which trials are reused is decided with the first trial
         if gym.plan(session):
             with contextlib.suppress(pytest.fail.Exception):  # recorded: the trials report it
-                gym.open_gym(session)
+                gym.open_gym(session, early=True)
 
     @pytest.hookimpl
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:

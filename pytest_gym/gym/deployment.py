@@ -26,10 +26,9 @@ from pytest_gym.core.masking import POLICY_KEY_ENV, mask_secrets
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.discovery import discover
 from pytest_gym.gym.startargs import find_gym_cli, free_port, gym_command
+from pytest_gym.gym.startfailure import start_failure
 from pytest_gym.process.groups import (
     Supervised,
-    first_error,
-    log_tail,
     spawn_supervised,
     stop_supervised,
     supervisor_popen,
@@ -102,13 +101,6 @@ def _port_taken(log_path: Path, offset: int, max_bytes: int = 4 * 1024 * 1024) -
     return "address already in use" in text.lower()
 
 
-def _start_log(log_path: Path) -> str:
-    """The tail of Gym's log, and the first error in it: the cause often scrolled out of the tail."""
-    tail = log_tail(log_path)
-    cause = first_error(log_path)
-    return tail + (f"\nfirst error in the log: {cause}" if cause else "")
-
-
 def wait_ready(
     head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path, access: GymAccess | None = None
 ) -> None:
@@ -120,9 +112,7 @@ def wait_ready(
     while time.monotonic() < deadline:
         code = proc.poll()
         if code is not None:
-            raise GymError(
-                f"Gym exited with code {code} during start-up; log {log_path}, last lines:\n{_start_log(log_path)}"
-            )
+            raise GymError(start_failure(f"Gym exited with code {code} during start-up.", log_path))
         try:
             status, _ = fetch(
                 "GET",
@@ -138,8 +128,11 @@ def wait_ready(
             last = str(exc) or type(exc).__name__
         time.sleep(0.25)
     raise GymError(
-        f"Gym did not become ready within {timeout:g} s (/readyz: {last}; raise --gym-startup-timeout if it "
-        f"is just slow); log {log_path}, last lines:\n{_start_log(log_path)}"
+        start_failure(
+            f"Gym did not become ready within {timeout:g} s (/readyz: {last}; raise --gym-startup-timeout if it "
+            "is just slow).",
+            log_path,
+        )
     )
 
 

@@ -31,6 +31,28 @@ def find_gym_cli(name: str) -> str:
     return found
 
 
+def gym_site(gym_cli: str) -> Path | None:
+    """Gym's install root (the site-packages holding ``nemo_gym``), read off the gym CLI's environment: the
+    interpreter its ``#!`` line names, else the venv it sits in. None when neither holds Gym (nothing imported)."""
+    found = shutil.which(gym_cli)
+    if found is None:
+        return None
+    path = Path(found).resolve()
+    venvs = [path.parent.parent]
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(4096)
+    except OSError:
+        first = b""
+    if first.startswith(b"#!") and first[2:].split():
+        venvs.insert(0, Path(first[2:].split()[0].decode(errors="replace")).parent.parent)
+    for venv in venvs:
+        for site in sorted(venv.glob("lib/python3*/site-packages")):
+            if (site / "nemo_gym").is_dir():
+                return site
+    return None
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -106,7 +128,12 @@ def gym_command(
         args += ["--config", _config_arg(config, index, run_dir)]
     if settings.resources_server:
         args += ["--resources-server", settings.resources_server]
-    if settings.resources_server or settings.model_type != "openai_model" or not settings.config:
+    if (
+        settings.resources_server
+        or settings.model_type != "openai_model"
+        or not settings.config
+        or lacks_model(settings, gym_cli, run_dir)
+    ):  # a config without a model server (resources_servers/X/configs/Y.yaml alone) gets --gym-model-type's
         args += ["--model-type", settings.model_type]
     base_url = policy_url or settings.model_url
     if base_url:
@@ -203,7 +230,20 @@ def gym_roots(settings: GymSettings, gym_cli: str, cwd: Path) -> list[Path]:
     roots.append(cwd)
     venv = Path(gym_cli).resolve().parent.parent
     roots += sorted(venv.glob("lib/python3*/site-packages"))
-    return roots
+    site = gym_site(gym_cli)
+    return [*roots, site] if site is not None and site not in roots else roots
+
+
+def lacks_model(settings: GymSettings, gym_cli: str, run_dir: Path) -> bool:
+    """Whether the ``--gym-config`` files (with their ``config_paths``) define no model server instance: False
+    when one of them cannot be found here (then Gym gets the configs as given)."""
+    roots = gym_roots(settings, gym_cli, run_dir)
+    if not all(Path(c).is_file() or any((r / c).is_file() for r in roots) for c in settings.config):
+        return False
+    merged: dict[str, Any] = {}
+    for config in settings.config:
+        _load_config_chain(config, roots, merged)
+    return not any(isinstance(v, dict) and isinstance(v.get("responses_api_models"), dict) for v in merged.values())
 
 
 def _load_config_chain(path: str, roots: list[Path], merged: dict[str, Any], depth: int = 0) -> None:

@@ -98,11 +98,24 @@ _ERROR_LINE = re.compile(
 )
 
 
-def first_error(path: Path, max_bytes: int = 1024 * 1024) -> str | None:
-    """The first line of a log that names a failure, and what explains it; None when there is none.
+#: A log line that names a root cause: a missing command or module, a port taken, a missing file. Such a
+#: line is quoted before any other error: what follows it (``Process 'x' finished unexpectedly!``, the
+#: traceback of the shutdown) is its consequence.
+_CAUSE_LINE = re.compile(
+    r"(: command not found|\bNo module named\b|\baddress already in use\b"
+    r"|\bcould not find a version that satisfies\b|\bNo matching distribution\b)",
+    re.IGNORECASE,
+)
 
-    A traceback is quoted by its exception line (its last line), a pydantic error with its first field;
-    secrets are masked. The tail of a log often shows only the shutdown that followed the cause.
+
+def first_error(path: Path, max_bytes: int = 1024 * 1024) -> str | None:
+    """The first line of a log that names a root cause, else the first that names a failure, and what
+    explains it; None when there is none.
+
+    Root causes (``uv: command not found``, ``No module named x``, ``address already in use``) come first:
+    the exception Gym raises afterwards only says a server stopped. A traceback is quoted by its exception
+    line (its last line), a pydantic error with its first field; secrets are masked. The tail of a log often
+    shows only the shutdown that followed the cause.
     """
     try:
         with path.open("rb") as fh:
@@ -110,6 +123,9 @@ def first_error(path: Path, max_bytes: int = 1024 * 1024) -> str | None:
     except OSError:
         return None
     lines = [line for line in data.splitlines() if not line.startswith(("pytest-gym:", "pytest-gym supervisor:"))]
+    cause = next((line.strip() for line in lines if _CAUSE_LINE.search(line)), None)
+    if cause is not None:
+        return mask_secrets(cause)
     found = next((i for i, line in enumerate(lines) if _ERROR_LINE.search(line)), None)
     if found is None:
         return None

@@ -46,6 +46,8 @@ RECORDER_LOG = "recorder.log"
 #: The deployment this run started or attached to (any process reads it; the owner stops it).
 STATE_FILE = "deployment.json"
 DEPLOYMENT_LOCK = ".deployment.lock"
+#: Created by the one trial (of any process) that reports why Gym is unavailable; the others say "not run".
+UNAVAILABLE_REPORTED = ".gym-unavailable-reported"
 BENCHMARKS_LOCK = ".benchmarks.lock"
 #: In attach mode, the servers a worker discovered: the controller asks for the aggregate metrics there.
 ATTACHED_FILE = "attached.json"

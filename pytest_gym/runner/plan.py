@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
+from pytest_gym.gym.preflight import check_start
 from pytest_gym.judge.gates import Gate
 from pytest_gym.judge.known import KnownFailures, KnownFailuresError, load_known_failures
 from pytest_gym.judge.suites import BadGate, parse_gates
@@ -58,8 +60,12 @@ def build_plan(
     shard_on_command_line: bool = False,
     collect_only: bool = False,
     environ: Mapping[str, str] | None = None,
+    bases: tuple[Path, ...] = (),
 ) -> RunPlan:
-    """The plan for ``settings``; ``run_dir`` is an xdist worker's (the controller's folder) or None."""
+    """The plan for ``settings``; ``run_dir`` is an xdist worker's (the controller's folder) or None.
+
+    ``bases``: the folders relative paths were resolved from (pytest's, the ini file's), named when one of
+    Gym's configs is found nowhere."""
     if run_dir is None:
         run_dir = Path(settings.run_dir) if settings.run_dir else new_run_dir(rootdir)
     if owner:
@@ -70,6 +76,11 @@ def build_plan(
         # An ini shared by the shard jobs and the merge job (gym_shard = auto): the merge is no shard.
         settings = settings.model_copy(update={"shard": None})
     check_combinations(settings)
+    if owner and not collect_only and not settings.merge:
+        try:  # the gym CLI and Gym's configs: now, not after a Gym start and one error per trial
+            check_start(settings, bases)
+        except GymError as exc:
+            raise PlanError(str(exc)) from None
     if settings.rescore:
         check_rescore_source(Path(settings.rescore))
         settings = _no_model(settings, run_dir, create=owner and not collect_only)

@@ -32,7 +32,7 @@ from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.judge.summary import ConcurrencySummary
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
 from pytest_gym.runfolder.health import read_run_health
-from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_STARTED_FILE
+from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_STARTED_FILE, UNAVAILABLE_REPORTED
 from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, read_records, stamps
 from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
@@ -51,6 +51,13 @@ if TYPE_CHECKING:
     from pytest_gym.rollout.dispatcher import Dispatcher
 
 
+#: A trial left without Gym when the cause is reported already (by the first trial that needed it).
+NOT_RUN = (
+    "pytest-gym: not run: Gym is unavailable (it did not start, or could not be reached); the cause is reported "
+    "once, with the first trial that needed it"
+)
+
+
 @dataclass
 class GymRun:
     """Deployment, dispatcher and run-folder writer of one process; the owner also stops the deployment."""
@@ -67,6 +74,8 @@ class GymRun:
     dispatcher: Dispatcher | None = None  # imported when a process opens Gym: the xdist controller never does
     writer: RunFolderWriter | None = None
     error: str | None = None
+    #: Whether a trial of this process reported ``error`` already (or learnt that another one did).
+    error_reported: bool = False
     gym_dead: str | None = None
     notes: list[str] = field(default_factory=list)
     finalizer: Finalizer | None = None
@@ -148,6 +157,23 @@ class GymRun:
             self.dispatcher.listeners.append(writer.record)
             self.dispatcher.plan(planned, upcoming)
         return self.server
+
+    def unavailable(self, exc: GymError, report: bool = True) -> str:
+        """What a trial that needed Gym reports when it is unavailable: one trial of the run (of any xdist
+        worker: the first to claim it) the cause, every other one line; the same traceback per trial buries it.
+        ``report``: the message is shown (an xdist worker's early start shows nothing)."""
+        if self.error_reported:
+            return NOT_RUN
+        if report:
+            self.error_reported = True
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                os.close(os.open(self.run_dir / UNAVAILABLE_REPORTED, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return NOT_RUN
+            except OSError:
+                pass  # said twice rather than never
+        return f"pytest-gym: {exc}\n(every other trial that needed Gym is reported as not run because of this)"
 
     def rescore(self, source: Path) -> RescoreResult:
         """--gym-rescore: acquire the deployment (no dispatcher: nothing is rolled out) and re-verify every

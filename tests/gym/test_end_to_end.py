@@ -136,29 +136,6 @@ def test_start_mode_runs_real_gym_and_stops_it(pytester: pytest.Pytester, exampl
     assert not any(group_alive(p) for p in server_pids)
 
 
-def test_start_failure_names_the_cause_and_the_log(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
-    args = (
-        "--gym-dataset",
-        "example.jsonl",
-        "--gym-resources-server",
-        "no_such_server",
-        "--gym-policy",
-        "scripted",
-        "--gym-cli",
-        gym_cli,
-        "--gym-server-venv",
-        "auto",
-        "--gym-run-dir",
-        "run",
-        "--gym-startup-timeout",
-        "120",
-    )
-    result = pytester.runpytest(*args)
-    result.assert_outcomes(errors=5)
-    result.stdout.fnmatch_lines(["*Gym exited with code * during start-up; log */run/gym_env.log, last lines:*"])
-    assert "no_such_server" in (pytester.path / "run" / "gym_env.log").read_text()
-
-
 def test_no_policy_is_a_clear_error(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
     result = pytester.runpytest(
         "--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", "--gym-cli", gym_cli

@@ -8,7 +8,9 @@ On SIGINT it takes ``FAKE_GYM_STOP_S`` seconds to stop, like Gym's slow shutdown
 ``FAKE_GYM_ORPHAN=1`` its child ignores SIGINT and is left behind, so only a signal to the whole group
 stops it. ``FAKE_GYM_RUN_S`` makes each ``/run`` take that long; ``FAKE_GYM_ENV_NAMES`` (comma-separated)
 records digests of those variables, ``FAKE_GYM_ECHO`` prints their values to the log. With ``FAKE_GYM_FAIL=1``
-it prints a pydantic error, 70 lines of noise and exits 1. With ``FAKE_GYM_PORT_RACE=N`` its first N starts
+it prints a pydantic error, 70 lines of noise and exits 1; with ``FAKE_GYM_FAIL=uv`` what Gym prints without
+``uv`` on PATH (the cause 60 lines before the end, under a traceback about a server that stopped).
+With ``FAKE_GYM_PORT_RACE=N`` its first N starts
 fail as Gym does when a port it picked is taken before its server binds it (counted in ``starts``).
 Every process of a test run carries ``PYTEST_GYM_TEST_MARK`` in its environment (tests/helpers/processes.py).
 """
@@ -52,6 +54,15 @@ if races:
               "('127.0.0.1', 18249): address already in use", flush=True)
         print("RuntimeError: Process `policy_model` finished unexpectedly!", flush=True)
         sys.exit(1)
+if os.environ.get("FAKE_GYM_FAIL") == "uv":  # as Gym 0.7.0 fails without uv on PATH (no --gym-server-venv)
+    print("Checking for HTTP server statuses.")
+    for name in ("mcqa_environment_server", "mcqa_simple_agent", "mcqa", "policy_model"):
+        print(f"({name}) /bin/bash: line 1: uv: command not found")
+    print("Sending interrupt signals to servers...\nNeMo Gym finished!\nTraceback (most recent call last):")
+    for i in range(24):
+        print(f'  File "nemo_gym/cli/env.py", line {600 + i}, in poll\n    self.poll()')
+    print("RuntimeError: Process `mcqa` finished unexpectedly!\nShutting down Ray cluster spun up by NeMo Gym...")
+    sys.exit(1)
 if os.environ.get("FAKE_GYM_FAIL"):
     print("Traceback (most recent call last):")
     print('  File "nemo_gym/global_config.py", line 1, in parse')
@@ -119,3 +130,15 @@ def recorded_argv(folder: Path) -> list[str]:
 
     argv: list[str] = json.loads((folder / "argv.json").read_text(encoding="utf-8"))["argv"]
     return argv
+
+
+def install_with_root(folder: Path, configs: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """The fake ``gym`` in a venv-like ``folder`` whose site-packages holds ``nemo_gym`` (Gym's install root,
+    as pytest-gym finds it) and the given config files (``{}``); returns (the gym CLI, the install root)."""
+    site = folder / "lib" / "python3.13" / "site-packages"
+    (site / "nemo_gym").mkdir(parents=True, exist_ok=True)
+    (site / "nemo_gym" / "__init__.py").write_text("")
+    for config in configs:
+        (site / config).parent.mkdir(parents=True, exist_ok=True)
+        (site / config).write_text("{}\n")
+    return install(folder / "bin"), site

@@ -19,7 +19,7 @@ def row(answer: str) -> dict[str, object]:
 
 ROWS = [row("A"), row("B"), row("C")]
 HASHES = [task_hash(r)[:12] for r in ROWS]
-NO_GYM = ("--gym-cli", "/nonexistent/gym", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
+NO_GYM = ("--gym-cli=/bin/false", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
 
 
 @pytest.fixture
@@ -150,13 +150,21 @@ def test_bad_settings_say_where_they_came_from(
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
-def test_gym_missing_is_one_error_per_trial_naming_the_cause(pytester: pytest.Pytester, dataset: Path) -> None:
+def test_gym_missing_is_a_usage_error_naming_the_cause(pytester: pytest.Pytester, dataset: Path) -> None:
+    result = pytester.runpytest("--gym-dataset", str(dataset), *NO_GYM[1:], "--gym-cli", "/nonexistent/gym")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--gym-cli: /nonexistent/gym does not exist*"])
+    assert not list(pytester.path.glob(".pytest_gym/runs/*/deployment.json"))
+
+
+def test_gym_that_does_not_start_is_one_error_naming_the_cause(pytester: pytest.Pytester, dataset: Path) -> None:
     result = pytester.runpytest("--gym-dataset", str(dataset), *NO_GYM)
     result.assert_outcomes(errors=3)
-    result.stdout.fnmatch_lines(["*Gym is not installed here: '/nonexistent/gym' was not found on PATH*"])
+    result.stdout.fnmatch_lines(["*Gym exited with code 1 during start-up.", "*printed nothing*--gym-cli*"])
+    assert result.stdout.str().count("not run: Gym is unavailable") == 2
     states = list((pytester.path / ".pytest_gym").glob("runs/*/deployment.json"))
     assert len(states) == 1
-    assert "not installed" in json.loads(states[0].read_text())["error"]
+    assert "exited with code 1" in json.loads(states[0].read_text())["error"]
 
 
 def test_run_folder_is_never_reused(pytester: pytest.Pytester, dataset: Path) -> None:

@@ -63,9 +63,10 @@ def test_a_start_error_quotes_the_first_error_line_of_the_log(
     # The error is 70 lines before the end: out of the 20-line tail, but quoted.
     result.stdout.fnmatch_lines(
         [
-            "*Gym exited with code 1 during start-up; log */run/gym_env.log, last lines:*",
-            "*first error in the log: pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+            "*Gym exited with code 1 during start-up.",
+            "first error in the log: pydantic_core._pydantic_core.ValidationError: 1 validation error for "
             "ServerConfig / entrypoint / Field required*",
+            "log: */run/gym_env.log, last lines:",
         ]
     )
 

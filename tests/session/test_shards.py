@@ -11,7 +11,7 @@ from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.shard import shard_of
 from pytest_gym.runfolder.layout import RUN_INFO_FILE
 
-NO_GYM = ("--gym-cli", "/nonexistent/gym", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
+NO_GYM = ("--gym-cli=/bin/false", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
 
 
 def rows(count: int) -> list[dict[str, object]]:

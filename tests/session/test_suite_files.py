@@ -10,7 +10,7 @@ import pytest
 from pytest_gym.core.dataset import task_hash
 from tests.helpers.paths import EXAMPLE
 
-NO_GYM = ("--gym-cli", "/nonexistent/gym", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
+NO_GYM = ("--gym-cli=/bin/false", "--gym-resources-server", "mcqa", "--gym-policy", "scripted")
 
 
 @pytest.fixture

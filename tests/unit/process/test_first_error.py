@@ -28,3 +28,20 @@ def test_first_error_finds_the_cause(tmp_path: Path, log: str, expected: str | N
     path = tmp_path / "gym_env.log"
     path.write_text(log)
     assert first_error(path) == expected
+
+
+@pytest.mark.parametrize(
+    ("cause", "consequence"),
+    [
+        ("(mcqa) /bin/bash: line 1: uv: command not found", "RuntimeError: Process `mcqa` finished unexpectedly!"),
+        ("ModuleNotFoundError: No module named 'sympy'", "RuntimeError: Process `x` finished unexpectedly!"),
+        ("(policy_model) ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', 18249): "
+         "address already in use", "RuntimeError: Process `policy_model` finished unexpectedly!"),
+    ],
+)  # fmt: skip
+def test_a_root_cause_is_quoted_before_the_error_it_caused(tmp_path: Path, cause: str, consequence: str) -> None:
+    """Gym's own traceback ("finished unexpectedly") comes first in the log when a server's output lags."""
+    path = tmp_path / "gym_env.log"
+    frames = '  File "nemo_gym/cli/env.py", line 619, in poll\n    raise RuntimeError(print_str)\n'
+    path.write_text(f"INFO starting\nTraceback (most recent call last):\n{frames}{consequence}\n{cause}\nbye\n")
+    assert first_error(path) == cause
