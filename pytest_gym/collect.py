@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.core.dataset import DatasetError, Task, read_tasks
+from pytest_gym.core.dataset import LABEL_FIELDS, DatasetError, Task, read_tasks, task_label, task_name
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
@@ -106,7 +106,8 @@ class GymTrial(pytest.Function):
             self._id = type(structured).parse(str(structured))
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, self.spec.task.line - 1, f"{self.path.name}:{self.spec.task.line} {self.name}"
+        # The failure header is the node id: pasted into pytest, it runs this trial again.
+        return self.path, self.spec.task.line - 1, self.nodeid
 
     def listextrakeywords(self) -> set[str]:
         """What ``-k`` matches besides the names: also the row's label fields, made only when ``-k`` asks."""
@@ -126,6 +127,10 @@ class GymDatasetFile(pytest.File):
     reward_key: str = "reward"
     xfail_low: bool = False
     keyword_fields: tuple[str, ...] = DEFAULT_KEYWORD_FIELDS
+    #: the row fields a task's label (in its node id) is read from, first found wins
+    label_fields: tuple[str, ...] = LABEL_FIELDS
+    #: this suite's baseline file (None: none), for --gym-update-baseline's check after collection
+    baseline: str | None = None
     marker_field: str | None = None
     #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
     shard: Shard | None = None
@@ -146,11 +151,14 @@ class GymDatasetFile(pytest.File):
         self.reward_key = settings.reward_key
         self.xfail_low = settings.verdict == "gate"
         self.keyword_fields = settings.keyword_field or DEFAULT_KEYWORD_FIELDS
+        self.label_fields = settings.keyword_field or LABEL_FIELDS
+        self.baseline = settings.baseline
         self.marker_field = settings.marker_field
         self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
 
     def collect(self) -> Iterable[GymTrial]:
-        fields = tuple(dict.fromkeys((*self.keyword_fields, *([self.marker_field] if self.marker_field else []))))
+        marker = [self.marker_field] if self.marker_field else []
+        fields = tuple(dict.fromkeys((*self.keyword_fields, *self.label_fields, *marker)))
         tasks = read_tasks(self.dataset_path, self._row_hook(), fields)
         if not tasks:
             raise DatasetError(
@@ -166,8 +174,9 @@ class GymDatasetFile(pytest.File):
             if self.shard is not None and not self.shard.holds(task.hash):
                 continue  # another job's task; its index stays the dataset's (Gym's _ng_task_index)
             task_marks = self._marks(task, marks) if self.marker_field and task.packed_fields else ()
+            base = task_name(task.hash, task_label(task.fields, self.label_fields))
             for repeat in range(self.repeats):
-                name = f"{task.short_hash}[r{repeat}]"
+                name = f"{base}[r{repeat}]"
                 item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
                 for mark in task_marks:
                     item.add_marker(mark)

@@ -145,9 +145,14 @@ class Suites:
         if from_cli and config.args_source != pytest.Config.ArgsSource.ARGS:
             config.args[:] = [*self.benchmark_files, *datasets]
             return
-        known = {str(Path(arg).resolve()) for arg in config.args}
+        # A node id on the command line (``d.jsonl::<task>[r1]``, pasted from a failure) names its dataset already.
+        known = {str(Path(arg.split("::")[0]).resolve()) for arg in config.args}
         norecurse = config.getini("norecursedirs")
-        config.args.extend(d for d in datasets if d not in known and not _in_a_searched_dir(d, config.args, norecurse))
+        config.args.extend(
+            d
+            for d in datasets
+            if str(Path(d).resolve()) not in known and not _in_a_searched_dir(d, config.args, norecurse)
+        )
 
     def judged_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
         """A suite's settings as the owner judges it: without its baseline while verdicts are deferred."""

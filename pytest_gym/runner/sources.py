@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount
-from pytest_gym.runfolder.records import outcome_from_failure, outcome_from_rollout
+from pytest_gym.runfolder.records import NODEID_KEY, outcome_from_failure, outcome_from_rollout
 from pytest_gym.runfolder.runinfo import Reusable
 from pytest_gym.runner.run import GymRun
 
@@ -130,7 +130,8 @@ class Resumed:
         outcome = outcome_from_rollout(spec, record, reused=True) if record is not None else None
         if outcome is None or record is None:
             return self.fresh.outcome(spec)
-        self.run.open_writer().append_rollout(record)
+        # This run's record now, under this run's node id (an earlier version may have named the task otherwise).
+        self.run.open_writer().append_rollout({**record, NODEID_KEY: spec.nodeid})
         return outcome
 
 
