@@ -121,6 +121,7 @@ class GymSession:
             self.results = SuiteResults(
                 judged if self.deferred else settings, self.gates, settings_for=self.suites.judged_settings
             )
+            self.results.update_hint = self.suites.update_command()
             self.results.narrowed = bool(
                 config.getoption("keyword")
                 or config.getoption("markexpr")
@@ -258,6 +259,8 @@ class GymSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.total = sum(1 for item in session.items if isinstance(item, GymTrial))
+        if self.owner:
+            self.suites.check_baseline_paths(item.parent for item in session.items if isinstance(item, GymTrial))
         if self.owner and self.progress.total and not self.config.option.collectonly:
             self.run.start_trajectories()
 
@@ -497,7 +500,8 @@ class GymSession:
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
         from pytest_gym.report.html import write_html
 
-        html_note = write_html(self.run_dir, self.settings.baseline, self.settings.html)
+        used = {v.suite: v.baseline_path for v in verdicts if v.baseline_path}  # a suite file's, too
+        html_note = write_html(self.run_dir, used or self.settings.baseline, self.settings.html)
         if html_note:
             self.add_note(html_note)
         failed = False
@@ -583,6 +587,7 @@ class GymSession:
             self.settings.baseline,
             deferred=(self.deferred, self.deferred_gates) if self.deferred else None,
             extra=self.suites.gym_metric_lines,
+            update=self.suites.update_command(),
         )
         return result
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,26 @@ class Suites:
             for d in datasets
             if str(Path(d).resolve()) not in known and not _in_a_searched_dir(d, config.args, norecurse)
         )
+
+    def update_command(self) -> str:
+        """This run's command with ``--gym-update-baseline``: what writes (or updates) its baselines."""
+        import shlex
+
+        args = [str(arg) for arg in self.config.invocation_params.args]
+        return shlex.join(["pytest", *args, *(["--gym-update-baseline"] * ("--gym-update-baseline" not in args))])
+
+    def check_baseline_paths(self, suites: Iterable[Any]) -> None:
+        """``--gym-update-baseline``: every collected suite (a ``GymDatasetFile``) needs a file to write, from
+        ``--gym-baseline`` or its suite file's ``baseline:`` (known only now: suite files are collected)."""
+        if not self.settings.update_baseline or self.deferred:
+            return
+        missing = sorted({f.nodeid for f in suites if not getattr(f, "baseline", None)})
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise pytest.UsageError(
+                f"pytest-gym: --gym-update-baseline has nowhere to write the baseline of {shown}: pass "
+                "--gym-baseline PATH, or add 'baseline: PATH' to its suite file (*.gym.yaml)"
+            )
 
     def judged_settings(self, suite: str) -> tuple[GymSettings, list[Gate]]:
         """A suite's settings as the owner judges it: without its baseline while verdicts are deferred."""

@@ -238,6 +238,8 @@ class SuiteResults:
     settings_for: SuiteSettings | None = None
     trials: dict[tuple[str, str, int], TrialRecord] = field(default_factory=dict)
     narrowed: bool = False
+    #: What creates a missing baseline: the run's own command with --gym-update-baseline, when known.
+    update_hint: str = "--gym-update-baseline"
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
@@ -363,11 +365,11 @@ class SuiteResults:
             verdict.baseline_note = f"baseline unreadable: {found}"
             return verdict.baseline_note
         if found is None:
-            verdict.baseline_note = f"no baseline at {path}: create it with --gym-update-baseline"
+            verdict.baseline_note = f"no baseline at {path}: create it with {self.update_hint}"
             return verdict.baseline_note
         baseline = found.for_suite(suite, set(verdict.stats.per_task))
         if baseline is None:
-            verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with --gym-update-baseline"
+            verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with {self.update_hint}"
             return verdict.baseline_note
         verdict.comparison = self._compare(baseline, verdict.stats, verdict, settings)
         return ""

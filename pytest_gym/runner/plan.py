@@ -108,8 +108,7 @@ def check_combinations(settings: GymSettings) -> None:
         raise PlanError(str(exc)) from None
     if settings.resume and not Path(settings.resume).is_dir():
         raise PlanError(f"pytest-gym: --gym-resume {settings.resume} is not a run folder")
-    if settings.update_baseline and not settings.baseline:
-        raise PlanError("pytest-gym: --gym-update-baseline needs --gym-baseline PATH (where to write it)")
+    # --gym-update-baseline without --gym-baseline: suite files may name their baselines; checked after collection.
     if settings.benchmark_data and len(settings.benchmark) != 1:
         raise PlanError(
             "pytest-gym: --gym-benchmark-data PATH is the data of one --gym-benchmark NAME; for several "

@@ -22,9 +22,11 @@ def row(i: int, **fields: Any) -> dict[str, Any]:
     return {"responses_create_params": {"input": f"question {i}"}, **fields}
 
 
-def earlier_run(pytester: pytest.Pytester, datasets: dict[str, list[tuple[dict[str, Any], list[float]]]]) -> str:
+def earlier_run(
+    pytester: pytest.Pytester, datasets: dict[str, list[tuple[dict[str, Any], list[float]]]], name: str = "earlier"
+) -> str:
     """Write the datasets and a run folder holding a reward for every trial; returns the folder (for --gym-resume)."""
-    run = pytester.path / "earlier"
+    run = pytester.path / name
     write_run_info(run, GymSettings(agent=AGENT))
     records = []
     for name, tasks in datasets.items():

@@ -118,7 +118,7 @@ def test_two_suites_one_baseline_file(pytester: pytest.Pytester, xdist: tuple[st
     )
     args = [*reuse(run, "a.jsonl", "b.jsonl"), "--gym-baseline", "base.json", "--gym-verdict", "gate", *xdist]
     missing = pytester.runpytest(*args)
-    missing.stdout.fnmatch_lines(["  no baseline at */base.json: create it with --gym-update-baseline"] * 2)
+    missing.stdout.fnmatch_lines(["  no baseline at */base.json: create it with pytest *--gym-update-baseline"] * 2)
     pytester.runpytest(*args, "--gym-update-baseline").stdout.fnmatch_lines(
         ["  baseline of a.jsonl written to */base.json", "  baseline of b.jsonl written to */base.json"]
     )
@@ -136,7 +136,10 @@ def test_two_suites_one_baseline_file(pytester: pytest.Pytester, xdist: tuple[st
     # A third suite is missing from the file, and says so.
     third = pytester.runpytest(*args, "--gym-dataset", "c.jsonl")
     third.stdout.fnmatch_lines(
-        ["c.jsonl: 1 tasks*", "  no baseline for suite c.jsonl in */base.json: create it with --gym-update-baseline"]
+        [
+            "c.jsonl: 1 tasks*",
+            "  no baseline for suite c.jsonl in */base.json: create it with pytest *--gym-update-baseline",
+        ]
     )
 
 
