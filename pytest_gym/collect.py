@@ -106,8 +106,10 @@ class GymTrial(pytest.Function):
             self._id = type(structured).parse(str(structured))
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        # The failure header is the node id: pasted into pytest, it runs this trial again.
-        return self.path, self.spec.task.line - 1, self.nodeid
+        # The failure header is the node id as a path from the current folder: pasted after pytest, it runs this
+        # trial again. "./" keeps it from being a suffix of the node id, which pytest -v would respell (. -> ::).
+        where = self.config.cwd_relative_nodeid(self.nodeid)
+        return self.path, self.spec.task.line - 1, where if where.startswith(("../", "/")) else f"./{where}"
 
     def listextrakeywords(self) -> set[str]:
         """What ``-k`` matches besides the names: also the row's label fields, made only when ``-k`` asks."""

@@ -34,7 +34,7 @@ from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
 from pytest_gym.report.junit import JUnitUnusable, flat_properties, postprocess_junit
 from pytest_gym.report.progress import Progress
-from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
+from pytest_gym.report.synthetic import deferred_reports, end_line, fresh_line, log_report, synthetic_reports
 from pytest_gym.report.terminal import write_section
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.layout import (
@@ -391,11 +391,9 @@ class GymSession:
         self._maybe_print_progress()
 
     def _maybe_print_progress(self) -> None:
-        if self.config.get_verbosity() < 0 or not self.progress.due():
-            return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.ensure_newline()
+        if self.config.get_verbosity() >= 0 and reporter is not None and self.progress.due():
+            fresh_line(self.config)  # a line of its own, never run into pytest's dots (xdist's included)
             reporter.write_line(self.progress.line())
 
     def add_note(self, note: object) -> None:
@@ -504,7 +502,7 @@ class GymSession:
         html_note = write_html(self.run_dir, used or self.settings.baseline, self.settings.html)
         if html_note:
             self.add_note(html_note)
-        failed = False
+        failed = fresh_line(self.config)  # the gates' line starts at the file's name, with its own percentages
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) for v in verdicts)
         session.testscollected += sum(len(labels) + has_baseline for labels, has_baseline in deferred.values())
         for verdict in verdicts:
@@ -519,8 +517,9 @@ class GymSession:
                 path = str(self.config.rootpath / verdict.suite)
                 reports += deferred_reports(verdict.suite, path, labels, has_baseline, self.deferred)
             for report in reports:
-                self._step("reporting a gate", lambda r: self.config.hook.pytest_runtest_logreport(report=r), report)
+                self._step("reporting a gate", log_report, self.config, report)
                 failed = failed or report.failed
+        end_line(self.config)
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -120,12 +120,13 @@ class TrialOutcome:
 
 #: The first property of every trial's reports; its presence marks a report as a trial's.
 TRIAL_MARK = "gym_task_hash"
-_TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}\[r\d+\]$")
+_TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}(?:-[0-9A-Za-z_.@+-]+)?\[r\d+\]$")  # core.dataset.task_name
 _TOKENS = ("input_tokens", "output_tokens", "total_tokens")
 
 
 def is_trial_nodeid(nodeid: str) -> bool:
-    """Whether a node id names a trial (``<dataset>::<hash12>[rN]``): for places that know only ids."""
+    """Whether a node id names a trial (``<dataset>::<hash12>[rN]``, ``<dataset>::<hash12>-<label>[rN]``): for
+    places that know only ids."""
     return _TRIAL_NODEID.search(nodeid) is not None
 
 

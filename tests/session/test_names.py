@@ -55,10 +55,11 @@ def test_failure_header_is_the_node_id_and_runs_the_trial_again(pytester: pytest
     nodeid = f"d.jsonl::{short(ROWS[0])}-q5[r1]"
     result = pytester.runpytest(*reuse(run, "d.jsonl"), "--junitxml", "r.xml")
     result.assert_outcomes(passed=3, failed=1)
-    assert any(line.strip("_").strip() == nodeid for line in result.stdout.lines if line.startswith("___"))
+    headers = [line.strip("_").strip() for line in result.stdout.lines if line.startswith("___")]
+    assert headers == [f"./{nodeid}"]
     names = [case.get("name") for case in ET.parse(pytester.path / "r.xml").iter("testcase")]
     assert f"{short(ROWS[0])}-q5[r1]" in names
-    again = pytester.runpytest(*reuse(run, "d.jsonl"), nodeid)  # pasted as printed
+    again = pytester.runpytest(*reuse(run, "d.jsonl"), headers[0])  # pasted as printed
     again.assert_outcomes(failed=1)
     assert (latest_run(pytester) / "report.html").is_file()
 
@@ -85,3 +86,9 @@ def test_report_names_tasks_by_label_and_skips_the_common_prompt_prefix(pytester
         "who wrote Hamlet?",
     ]
     assert all(t["prompt_at"] == at for t in data["tasks"])
+
+
+def test_verbose_lines_are_the_node_ids(pytester: pytest.Pytester) -> None:
+    run = earlier_run(pytester, {"d.jsonl": [(ROWS[0], [1.0])]})
+    result = pytester.runpytest(*reuse(run, "d.jsonl", repeats=1), "-v")
+    result.stdout.fnmatch_lines([f"d.jsonl::{short(ROWS[0])}-q5?r0? PASSED*"])
