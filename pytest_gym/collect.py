@@ -108,8 +108,9 @@ class GymTrial(pytest.Function):
     def reportinfo(self) -> tuple[Path, int, str]:
         # The failure header is the node id as a path from the current folder: pasted after pytest, it runs this
         # trial again. "./" keeps it from being a suffix of the node id, which pytest -v would respell (. -> ::).
-        where = self.config.cwd_relative_nodeid(self.nodeid)
-        return self.path, self.spec.task.line - 1, where if where.startswith(("../", "/")) else f"./{where}"
+        base = os.path.relpath(self.config.rootpath, self.config.invocation_params.dir)
+        where = os.path.normpath(os.path.join(base, *str(self.nodeid).split("::", 1)[:1]))
+        return self.path, self.spec.task.line - 1, f"{'' if where.startswith('..') else './'}{where}::{self.name}"
 
     def listextrakeywords(self) -> set[str]:
         """What ``-k`` matches besides the names: also the row's label fields, made only when ``-k`` asks."""

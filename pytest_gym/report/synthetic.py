@@ -91,7 +91,7 @@ def fresh_line(config: pytest.Config) -> bool:
         return False
     reporter.ensure_newline()
     writer = getattr(reporter, "_tw", None)
-    if writer is not None and getattr(writer, "width_of_current_line", 0):
+    if writer is not None and getattr(writer, "width_of_current_line", None):
         writer.line()
     return False
 

@@ -8,6 +8,7 @@ on the only process and on the xdist controller alike.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -213,10 +214,11 @@ def ids(*indexes: int) -> list[str]:
 
 
 def selected(pytester: pytest.Pytester, args: list[str], *select: str) -> list[str]:
-    """Node ids of the trials that ran (and passed: every reused reward is 1)."""
+    """Node ids of the trials that ran (and passed: every reused reward is 1), without their rows' labels."""
     result = pytester.runpytest(*args, "-rA", *select)
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED), result.stdout.str()
-    return sorted(line.split()[1] for line in result.outlines if line.startswith("PASSED labelled.jsonl::"))
+    ran = [line.split()[1] for line in result.outlines if line.startswith("PASSED labelled.jsonl::")]
+    return sorted(re.sub(r"::([0-9a-f]{12})-[^\[]+\[", r"::\1[", nodeid) for nodeid in ran)
 
 
 @pytest.mark.parametrize("xdist", XDIST)
