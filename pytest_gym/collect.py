@@ -23,6 +23,7 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.current import current_session
+from pytest_gym.judge.gates import parse_gate, unreachable
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
@@ -134,6 +135,8 @@ class GymDatasetFile(pytest.File):
     label_fields: tuple[str, ...] = LABEL_FIELDS
     #: this suite's baseline file (None: none), for --gym-update-baseline's check after collection
     baseline: str | None = None
+    #: why a gate of this suite can never be decided at its repeats (a collection error), or None
+    gate_problem: str | None = None
     marker_field: str | None = None
     #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
     shard: Shard | None = None
@@ -158,8 +161,13 @@ class GymDatasetFile(pytest.File):
         self.baseline = settings.baseline
         self.marker_field = settings.marker_field
         self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
+        # A gate these repeats can never decide (pass@5 at 2 repeats) wastes the whole run: refused now.
+        where = "--gym-gate / gym_gate" if type(self) is GymDatasetFile else f"{self.path} (key gates, or --gym-gate)"
+        self.gate_problem = unreachable([parse_gate(text) for text in settings.gate], settings.repeats, where)
 
     def collect(self) -> Iterable[GymTrial]:
+        if self.gate_problem:
+            raise SuiteFileError(self.gate_problem)
         marker = [self.marker_field] if self.marker_field else []
         fields = tuple(dict.fromkeys((*self.keyword_fields, *self.label_fields, *marker)))
         tasks = read_tasks(self.dataset_path, self._row_hook(), fields)
