@@ -33,6 +33,14 @@ class GymDuplicateRowWarning(pytest.PytestWarning):
     """A dataset holds the same row more than once; the copies are one task."""
 
 
+class GymMissingFieldWarning(pytest.PytestWarning):
+    """Rows lack a field their environment scores by (mcqa without ``expected_answer`` scores 0, silently)."""
+
+
+#: Row fields an environment cannot score without: resources server -> field.
+REQUIRED_FIELDS = {"mcqa": "expected_answer"}
+
+
 #: Row fields ``-k`` matches by default (``--gym-keyword-field`` replaces them).
 DEFAULT_KEYWORD_FIELDS = ("id", "task_id", "uuid", "category", "name", "difficulty", "tags")
 _NOT_IDENT = re.compile(r"[^0-9A-Za-z_]")
@@ -137,6 +145,8 @@ class GymDatasetFile(pytest.File):
     baseline: str | None = None
     #: why a gate of this suite can never be decided at its repeats (a collection error), or None
     gate_problem: str | None = None
+    #: a field every row needs for this suite's environment to score it (REQUIRED_FIELDS), or None
+    required_field: str | None = None
     marker_field: str | None = None
     #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
     shard: Shard | None = None
@@ -163,13 +173,14 @@ class GymDatasetFile(pytest.File):
         self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
         # A gate these repeats can never decide (pass@5 at 2 repeats) wastes the whole run: refused now.
         where = "--gym-gate / gym_gate" if type(self) is GymDatasetFile else f"{self.path} (key gates, or --gym-gate)"
+        self.required_field = REQUIRED_FIELDS.get(settings.resources_server or "")
         self.gate_problem = unreachable([parse_gate(text) for text in settings.gate], settings.repeats, where)
 
     def collect(self) -> Iterable[GymTrial]:
         if self.gate_problem:
             raise SuiteFileError(self.gate_problem)
-        marker = [self.marker_field] if self.marker_field else []
-        fields = tuple(dict.fromkeys((*self.keyword_fields, *self.label_fields, *marker)))
+        extra = [f for f in (self.marker_field, self.required_field) if f]
+        fields = tuple(dict.fromkeys((*self.keyword_fields, *self.label_fields, *extra)))
         tasks = read_tasks(self.dataset_path, self._row_hook(), fields)
         if not tasks:
             raise DatasetError(
@@ -179,6 +190,7 @@ class GymDatasetFile(pytest.File):
                 "add jsonl rows, or remove it from --gym-dataset / gym_dataset",
             )
         self._warn_duplicates(tasks)
+        self._warn_missing(tasks)
         fixtureinfo = None
         marks: dict[str, pytest.MarkDecorator] = {}
         for index, task in enumerate(tasks):
@@ -240,6 +252,22 @@ class GymDatasetFile(pytest.File):
             return row
 
         return apply
+
+    def _warn_missing(self, tasks: list[Task]) -> None:
+        """Rows without the field their environment scores by: named by line, once per dataset."""
+        field_name = self.required_field
+        if field_name is None:
+            return
+        lines = [t.line for t in tasks if not any(name == field_name for name, _ in t.fields)]
+        if lines:
+            shown = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
+            self.warn(
+                GymMissingFieldWarning(
+                    f"{self.dataset_path}: {len(lines)} row{'s' * (len(lines) != 1)} without {field_name!r} (a short "
+                    f"string), which the environment scores by: every trial of {'them' if len(lines) > 1 else 'it'} "
+                    f"would score 0. Lines: {shown}. Add \"{field_name}\" to each row."
+                )
+            )
 
     def _warn_duplicates(self, tasks: list[Task]) -> None:
         dupes = [t for t in tasks if t.duplicate_lines]
