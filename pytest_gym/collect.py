@@ -265,7 +265,7 @@ class GymDatasetFile(pytest.File):
                 GymMissingFieldWarning(
                     f"{self.dataset_path}: {len(lines)} row{'s' * (len(lines) != 1)} without {field_name!r} (a short "
                     f"string), which the environment scores by: every trial of {'them' if len(lines) > 1 else 'it'} "
-                    f"would score 0. Lines: {shown}. Add \"{field_name}\" to each row."
+                    f'would score 0. Lines: {shown}. Add "{field_name}" to each row.'
                 )
             )
 

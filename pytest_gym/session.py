@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_gym.collect import GymDatasetFile, GymSuiteFile, GymTrial, raise_fault
-from pytest_gym.core.endpoint import GymError
+from pytest_gym.core.endpoint import GymError, UnknownAgent
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties
@@ -118,10 +118,8 @@ class GymSession:
             add_secret(os.environ.get(name, ""))
         if self.owner:
             judged = settings.model_copy(update={"baseline": None, "update_baseline": False})
-            self.results = SuiteResults(
-                judged if self.deferred else settings, self.gates, settings_for=self.suites.judged_settings
-            )
-            self.results.update_hint = self.suites.update_command()
+            judged, hint = (judged if self.deferred else settings), self.suites.update_command()
+            self.results = SuiteResults(judged, self.gates, settings_for=self.suites.judged_settings, update_hint=hint)
             self.results.narrowed = bool(
                 config.getoption("keyword")
                 or config.getoption("markexpr")
@@ -334,6 +332,8 @@ class GymSession:
             self.run.settings = self.suites.start_settings()
             return self.run.open(planned, worker_queue(session, planned), skip=source.answered_here(planned))
         except GymError as exc:
+            if isinstance(exc, UnknownAgent):  # every trial would fail alike: this one says why, no other runs
+                session.shouldstop = clean_text(f"pytest-gym: {exc}", MAX_MESSAGE)
             pytest.fail(clean_text(f"pytest-gym: {exc}", MAX_MESSAGE), pytrace=False)
 
     def trial_outcome(self, item: GymTrial) -> TrialOutcome:
