@@ -2,7 +2,7 @@
 # Install everything (plugin, test tools, NeMo Gym) and run lint, types and the whole test
 # suite, the Gym tests included, inside a loopback-only network namespace.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
-#        bash scripts/test.sh --pythons   the tests that need no Gym on the oldest supported setup
+#        bash scripts/test.sh --pythons   the tests that need no Gym, simulations aside, on the oldest supported setup
 #                                         (Python 3.10, pytest 8.0: tox.ini's pytest-min), in a venv made here
 # The main run uses .venvs/dev: Python 3.13 and the newest pytest (the newest supported setup), 2 test
 # processes (TEST_WORKERS=N to change; -p no:xdist or -n 0 after the command for one).
@@ -26,7 +26,7 @@ for arg in "$@"; do
 done
 
 # run_on NAME VERSION PIP-REQUIREMENTS...: a venv .venvs/NAME with the plugin (editable), its test tools and
-# the given pins, then the tests that need no Gym: tests/unit (every module on that Python, cheap) and
+# the given pins, then the tests that need no Gym and simulate nothing: tests/unit (every module on that Python) and
 # tests/session (the plugin driven through that pytest, where pytest versions differ; most of the time).
 # tests/gym runs on the main setup only: Gym itself runs on its own Python 3.13 whatever runs pytest.
 run_on() {
@@ -38,7 +38,7 @@ run_on() {
   "$uv" pip install -q --python "$venv/bin/python" --upgrade -e '.[test]' "$@" >&2
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym" "${WORKERS[@]}" "${ORDER[@]}"
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym and not simulation" "${WORKERS[@]}" "${ORDER[@]}"
 }
 
 # The main run below is the newest setup (Python 3.13, the newest pytest); this is the oldest one.

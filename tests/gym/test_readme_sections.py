@@ -14,7 +14,7 @@ from tests.helpers.realgym import need_gym
 def readme_block(title: str) -> str:
     """The first indented code block of the README section ``title``, as a shell script."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split(f"### {title}\n", 1)[1].split("\n#", 1)[0]
+    section = text.split(f"## {title}\n", 1)[1].split("\n#", 1)[0]
     lines = section.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("    "))
     block = []

@@ -14,6 +14,7 @@ import pytest
 from pytest_gym.core.dataset import task_hash
 from tests.helpers.junit import outcomes_by_test
 from tests.helpers.realgym import RealGym
+from tests.helpers.standin import answer_text
 
 MODEL = "pytest-gym-scripted"
 
@@ -67,3 +68,45 @@ def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_p
     changed = task_hash(rows[1])[:12]
     outcome = outcomes_by_test(pytester.path / "changed.xml")
     assert {name for name, kind in outcome.items() if kind == "error"} == {f"{changed}[r0]", f"{changed}[r1]"}
+
+
+def test_prompts_and_answers_that_look_like_credentials_replay_as_hits_with_identical_answers(
+    pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str
+) -> None:
+    """Issue 20: the end-of-run scrub masked the cassette as text, so a prompt holding ``?token=...`` replayed as
+    a miss and a recorded ``password='...'`` answer was altered. Record, let the run end, replay: all hits, the
+    same answers, the cassette holding prompts and answers as they were sent (the run folder's records mask a
+    ``password=`` value as they do for any source)."""
+    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["responses_create_params"]["input"][0]["content"] += (
+            " See https://docs.example/q?token=abc123def456 and HTTP Basic authentication."
+        )
+    (pytester.path / "creds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gym.script(answer="password='hunter2x' Bearer: none. \\boxed{E}", reset_stats=True)
+    try:
+        rec = list(_start(gym_cli, "rec", "--gym-policy", "record", f"--gym-model-url={gym.policy_url}"))
+        rec[rec.index("example.jsonl")] = "creds.jsonl"
+        pytester.runpytest_subprocess(*rec).assert_outcomes(passed=4, failed=6)
+    finally:
+        gym.reset()
+    rep = list(_start(gym_cli, "rep", "--gym-policy", "replay", "--gym-cassette=rec"))
+    rep[rep.index("example.jsonl")] = "creds.jsonl"
+    pytester.runpytest_subprocess(*rep).assert_outcomes(passed=4, failed=6)
+    assert gym.policy_calls() == 0
+    log = (pytester.path / "rep" / "recorder.log").read_text(encoding="utf-8")
+    assert '"hits": 10' in log
+    assert '"misses": 0' in log
+
+    def answers(run: str) -> dict[tuple[int, int], str]:
+        records = [json.loads(line) for line in (pytester.path / run / "rollouts.jsonl").read_text().splitlines()]
+        return {(r["_ng_task_index"], r["_ng_rollout_index"]): answer_text(r) for r in records}
+
+    recorded, replayed = answers("rec"), answers("rep")
+    assert len(recorded) == 10
+    assert replayed == recorded
+    assert len(set(recorded.values())) == 1
+    cassette = (pytester.path / "rec" / "cassette.jsonl").read_text(encoding="utf-8")
+    assert cassette.count("?token=abc123def456") >= 10  # the prompts, stored as sent
+    assert cassette.count("password='hunter2x' Bearer: none.") == 10  # the answers, as the model gave them
+    assert "***" not in cassette

@@ -22,6 +22,8 @@ from tests.helpers import stochastic
 from tests.helpers.standin import StandinGym, serving
 from tests.helpers.stochastic import Draws, StandIn
 
+pytestmark = pytest.mark.simulation
+
 AGENT = "fake_agent"
 
 

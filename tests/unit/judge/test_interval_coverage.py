@@ -30,6 +30,8 @@ import pytest
 from pytest_gym.judge.intervals import suite_interval
 from pytest_gym.judge.paired import paired_test
 
+pytestmark = pytest.mark.simulation
+
 # --- exact coverage for pass/fail rewards ------------------------------------------------------------
 
 Interval = Callable[[tuple[int, ...], int], tuple[float, float]]

@@ -31,6 +31,8 @@ from pytest_gym.standins.policy import PolicyServer, PolicyState, Script
 from tests.helpers import stochastic
 from tests.helpers.stochastic import StandIn, task_hashes
 
+pytestmark = pytest.mark.simulation
+
 SETTINGS = {"repeats": 1, "min_reward": 1.0, "agent": "a", "model": "m", "reward_key": "reward"}
 
 

@@ -326,12 +326,13 @@ def pytest_sessionfinish(session):
 
 
 def _attached_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, dataset: str, *args: str) -> Any:
-    from test_hostile_gym import AGENT, ROW, serving
+    from tests.helpers.standin import serving
+    from tests.session.test_hostile_gym import AGENT, ROW
 
     monkeypatch.setenv("GYM_POLICY_API_KEY", MARKER)
     pytester.makeini("[pytest]\n")
     (pytester.path / dataset).write_text("".join(ROW % i for i in range(2)), encoding="utf-8")
-    with serving() as gym:
+    with serving(AGENT) as gym:
         return pytester.runpytest_subprocess(
             "--gym-url", gym.url, "--gym-agent", AGENT, f"--gym-dataset={dataset}", "--gym-run-dir", "run",
             "--junitxml", "report.xml", "-p", "no:cacheprovider", *args, timeout=300,
