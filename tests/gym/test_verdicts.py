@@ -125,7 +125,7 @@ def test_regression_against_baseline_fails_naming_new_failures(
     worse.stdout.fnmatch_lines(
         [
             f"  new failures (10): {first} (line 1), * and 5 more",
-            "  update the baseline: pytest ... --gym-baseline */base.json --gym-update-baseline",
+            "  update the baseline: pytest *--gym-baseline base.json*--gym-update-baseline",
             "FAILED all_e.jsonl::baseline - regression against the baseline*",
         ]
     )
