@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.core.dataset import DatasetError, Task, read_tasks
+from pytest_gym.core.dataset import LABEL_FIELDS, DatasetError, Task, read_tasks, task_label, task_name
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.outcome import TRIALS_PROPERTY, TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
@@ -26,6 +26,7 @@ from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.core.taskrule import parse_task_rule
 from pytest_gym.current import current_session
 from pytest_gym.inidir import ini_dir
+from pytest_gym.judge.gates import parse_gate, unreachable
 from pytest_gym.judge.known import KnownFailures
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.judge.sequential import task_order
@@ -36,6 +37,14 @@ from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
 
 class GymDuplicateRowWarning(pytest.PytestWarning):
     """A dataset holds the same row more than once; the copies are one task."""
+
+
+class GymMissingFieldWarning(pytest.PytestWarning):
+    """Rows lack a field their environment scores by (mcqa without ``expected_answer`` scores 0, silently)."""
+
+
+#: Row fields an environment cannot score without: resources server -> field.
+REQUIRED_FIELDS = {"mcqa": "expected_answer"}
 
 
 #: Row fields ``-k`` matches by default (``--gym-keyword-field`` replaces them).
@@ -149,7 +158,11 @@ class GymTrial(pytest.Function):
             self._id = type(structured).parse(str(structured))
 
     def reportinfo(self) -> tuple[Path, int, str]:
-        return self.path, self.spec.task.line - 1, f"{self.path.name}:{self.spec.task.line} {self.name}"
+        # The failure header is the node id as a path from the current folder: pasted after pytest, it runs this
+        # trial again. "./" keeps it from being a suffix of the node id, which pytest -v would respell (. -> ::).
+        base = os.path.relpath(self.config.rootpath, self.config.invocation_params.dir)
+        where = os.path.normpath(os.path.join(base, *str(self.nodeid).split("::", 1)[:1]))
+        return self.path, self.spec.task.line - 1, f"{'' if where.startswith('..') else './'}{where}::{self.name}"
 
     def listextrakeywords(self) -> set[str]:
         """What ``-k`` matches besides the names: also the row's label fields, made only when ``-k`` asks."""
@@ -259,6 +272,14 @@ class GymDatasetFile(pytest.File):
     reward_key: str = "reward"
     xfail_low: bool = False
     keyword_fields: tuple[str, ...] = DEFAULT_KEYWORD_FIELDS
+    #: the row fields a task's label (in its node id) is read from, first found wins
+    label_fields: tuple[str, ...] = LABEL_FIELDS
+    #: this suite's baseline file (None: none), for --gym-update-baseline's check after collection
+    baseline: str | None = None
+    #: why a gate of this suite can never be decided at its repeats (a collection error), or None
+    gate_problem: str | None = None
+    #: a field every row needs for this suite's environment to score it (REQUIRED_FIELDS), or None
+    required_field: str | None = None
     marker_field: str | None = None
     trace_url: str | None = None
     #: --gym-sequential: the suite's tasks run in a seeded random order (``sequential_order``).
@@ -287,13 +308,22 @@ class GymDatasetFile(pytest.File):
         self.per_task = settings.verdict == "task"
         self.task_pass = settings.task_pass
         self.keyword_fields = settings.keyword_field or DEFAULT_KEYWORD_FIELDS
+        self.label_fields = settings.keyword_field or LABEL_FIELDS
+        self.baseline = settings.baseline
         self.marker_field = settings.marker_field
         self.trace_url = settings.trace_url
         self.sequential = settings.sequential
         self.shard = parse_shard(settings.shard, os.environ) if settings.shard else None  # checked at start-up
+        # A gate these repeats can never decide (pass@5 at 2 repeats) wastes the whole run: refused now.
+        where = "--gym-gate / gym_gate" if type(self) is GymDatasetFile else f"{self.path} (key gates, or --gym-gate)"
+        self.required_field = REQUIRED_FIELDS.get(settings.resources_server or "")
+        self.gate_problem = unreachable([parse_gate(text) for text in settings.gate], settings.repeats, where)
 
     def collect(self) -> Iterable[GymTrial | GymTask]:
-        fields = tuple(dict.fromkeys((*self.keyword_fields, *([self.marker_field] if self.marker_field else []))))
+        if self.gate_problem:
+            raise SuiteFileError(self.gate_problem)
+        extra = [f for f in (self.marker_field, self.required_field) if f]
+        fields = tuple(dict.fromkeys((*self.keyword_fields, *self.label_fields, *extra)))
         tasks = read_tasks(self.dataset_path, self._row_hook(), fields)
         if not tasks:
             raise DatasetError(
@@ -303,6 +333,7 @@ class GymDatasetFile(pytest.File):
                 "add jsonl rows, or remove it from --gym-dataset / gym_dataset",
             )
         self._warn_duplicates(tasks)
+        self._warn_missing(tasks)
         session = current_session(self.config)
         offset = session.suites.task_offset(self.dataset_path) if session is not None else 0
         fixtureinfo = None
@@ -311,11 +342,12 @@ class GymDatasetFile(pytest.File):
             if self.shard is not None and not self.shard.holds(task.hash):
                 continue  # another job's task; its index stays the run's (Gym's _ng_task_index)
             task_marks = self._marks(task, marks) if self.marker_field and task.packed_fields else ()
+            base = task_name(task.hash, task_label(task.fields, self.label_fields))
             if self.per_task:
-                yield self._task_item(task, index, task_marks)
+                yield self._task_item(task, base, offset + index, task_marks)
                 continue
             for repeat in range(self.repeats):
-                name = f"{task.short_hash}[r{repeat}]"
+                name = f"{base}[r{repeat}]"
                 item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
                 for mark in task_marks:
                     item.add_marker(mark)
@@ -333,9 +365,9 @@ class GymDatasetFile(pytest.File):
                 fixtureinfo = item._fixtureinfo  # one resolution per file, as pytest does for parametrize
                 yield item
 
-    def _task_item(self, task: Task, index: int, marks: Iterable[pytest.MarkDecorator]) -> GymTask:
+    def _task_item(self, task: Task, name: str, index: int, marks: Iterable[pytest.MarkDecorator]) -> GymTask:
         """--gym-verdict task: one item for all the task's repeats (their node ids stay ``<task>[rN]``)."""
-        item: GymTask = GymTask.from_parent(self, name=task.short_hash, callobj=gym_task)
+        item: GymTask = GymTask.from_parent(self, name=name, callobj=gym_task)
         for mark in marks:
             item.add_marker(mark)
         item.rule = self.task_pass
@@ -348,6 +380,7 @@ class GymDatasetFile(pytest.File):
                 agent=self.agent,
                 min_reward=self.min_reward,
                 reward_key=self.reward_key,
+                trace_url=self.trace_url,
             )
             for repeat in range(self.repeats)
         ]
@@ -389,6 +422,22 @@ class GymDatasetFile(pytest.File):
             return row
 
         return apply
+
+    def _warn_missing(self, tasks: list[Task]) -> None:
+        """Rows without the field their environment scores by: named by line, once per dataset."""
+        field_name = self.required_field
+        if field_name is None:
+            return
+        lines = [t.line for t in tasks if not any(name == field_name for name, _ in t.fields)]
+        if lines:
+            shown = ", ".join(map(str, lines[:10])) + (f" and {len(lines) - 10} more" if len(lines) > 10 else "")
+            self.warn(
+                GymMissingFieldWarning(
+                    f"{self.dataset_path}: {len(lines)} row{'s' * (len(lines) != 1)} without {field_name!r} (a short "
+                    f"string), which the environment scores by: every trial of {'them' if len(lines) > 1 else 'it'} "
+                    f'would score 0. Lines: {shown}. Add "{field_name}" to each row.'
+                )
+            )
 
     def _warn_duplicates(self, tasks: list[Task]) -> None:
         dupes = [t for t in tasks if t.duplicate_lines]

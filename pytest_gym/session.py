@@ -31,7 +31,7 @@ from pytest_gym.collect import (
     sequential_order,
     trial_specs,
 )
-from pytest_gym.core.endpoint import GymError
+from pytest_gym.core.endpoint import GymError, UnknownAgent
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties, task_trials
@@ -44,7 +44,7 @@ from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
 from pytest_gym.judge.summary import RunSummary
 from pytest_gym.judge.verdict_word import annotate
 from pytest_gym.report.progress import Progress
-from pytest_gym.report.synthetic import deferred_reports, synthetic_reports
+from pytest_gym.report.synthetic import deferred_reports, end_line, fresh_line, log_report, synthetic_reports
 from pytest_gym.report.terminal import run_lines, write_section
 from pytest_gym.review import compare_answers
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
@@ -239,6 +239,8 @@ class GymSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.total = len(self.plan(session))
+        if self.owner:
+            self.suites.check_baseline_paths(i.parent for i in session.items if isinstance(i, (GymTrial, GymTask)))
         if self.progress.total and not self.config.option.collectonly:
             self._step("recording the task ranges", self.suites.record_task_ranges)
             if self.owner:
@@ -298,8 +300,7 @@ class GymSession:
         return source
 
     def open_gym(self, session: pytest.Session, early: bool = False) -> GymServer:
-        """The deployment, acquired once per process; dispatching of the planned trials starts with it.
-        ``early``: before any trial (an xdist worker's prefetch), whose error no one sees: a trial reports it."""
+        """The deployment, acquired once per process; ``early``: an xdist worker's prefetch (a trial reports it)."""
         # Once acquired, or known unreachable, no plan is made again: per trial that would be O(trials^2).
         if self.run.server is not None:
             return self.run.server
@@ -313,6 +314,8 @@ class GymSession:
             return self.run.open(planned, worker_queue(session, planned), source.answered_here(planned), admission)
         except GymError as exc:
             message = clean_text(self.run.unavailable(exc, report=not early), MAX_MESSAGE)
+            if isinstance(exc, UnknownAgent):  # every trial would fail alike: this one says why, no other runs
+                session.shouldstop = clean_text(f"pytest-gym: {exc}", MAX_MESSAGE)
         pytest.fail(message, pytrace=False)  # outside the except block: no chained traceback
 
     def spec_outcome(self, session: pytest.Session, spec: TrialSpec) -> TrialOutcome:
@@ -371,11 +374,9 @@ class GymSession:
         self._maybe_print_progress()
 
     def _maybe_print_progress(self) -> None:
-        if self.config.get_verbosity() < 0 or not self.progress.due():
-            return
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.ensure_newline()
+        if self.config.get_verbosity() >= 0 and reporter is not None and self.progress.due():
+            fresh_line(self.config)  # a line of its own, never run into pytest's dots (xdist's included)
             reporter.write_line(self.progress.line())
 
     def add_note(self, note: object) -> None:
@@ -497,10 +498,11 @@ class GymSession:
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
         from pytest_gym.report.html import write_html
 
-        html_note = write_html(self.run_dir, self.settings.baseline, self.settings.html, sources)
+        used = {v.suite: v.baseline_path for v in verdicts if v.baseline_path}  # a suite file's, too
+        html_note = write_html(self.run_dir, used or self.settings.baseline, self.settings.html, sources)
         if html_note:
             self.add_note(html_note)
-        failed = False
+        failed = fresh_line(self.config)  # the gates' line starts at the file's name, with its own percentages
         session.testscollected += sum(len(v.gates) + (v.comparison is not None) + v.expired for v in verdicts)
         session.testscollected += sum(len(labels) + has_baseline for labels, has_baseline in deferred.values())
         for verdict in verdicts:
@@ -515,8 +517,9 @@ class GymSession:
                 path = str(self.config.rootpath / verdict.suite)
                 reports += deferred_reports(verdict.suite, path, labels, has_baseline, self.deferred)
             for report in reports:
-                self._step("reporting a gate", lambda r: self.config.hook.pytest_runtest_logreport(report=r), report)
+                self._step("reporting a gate", log_report, self.config, report)
                 failed = failed or report.failed
+        end_line(self.config)
         if failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -584,6 +587,7 @@ class GymSession:
             self.settings.baseline,
             deferred=(self.deferred, self.deferred_gates) if self.deferred else None,
             extra=[*run_lines(self.summary), *self.suites.gym_metric_lines],
+            update=self.suites.update_command(),
         )
         return result
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -171,9 +171,34 @@ class Suites:
         if from_cli and config.args_source != pytest.Config.ArgsSource.ARGS:
             config.args[:] = [*self.benchmark_files, *datasets]
             return
-        known = {str(Path(arg).resolve()) for arg in config.args}
+        # A node id on the command line (``d.jsonl::<task>[r1]``, pasted from a failure) names its dataset already.
+        known = {str(Path(arg.split("::")[0]).resolve()) for arg in config.args}
         norecurse = config.getini("norecursedirs")
-        config.args.extend(d for d in datasets if d not in known and not _in_a_searched_dir(d, config.args, norecurse))
+        config.args.extend(
+            d
+            for d in datasets
+            if str(Path(d).resolve()) not in known and not _in_a_searched_dir(d, config.args, norecurse)
+        )
+
+    def update_command(self) -> str:
+        """This run's command with ``--gym-update-baseline``: what writes (or updates) its baselines."""
+        import shlex
+
+        args = [str(arg) for arg in self.config.invocation_params.args]
+        return shlex.join(["pytest", *args, *(["--gym-update-baseline"] * ("--gym-update-baseline" not in args))])
+
+    def check_baseline_paths(self, suites: Iterable[Any]) -> None:
+        """``--gym-update-baseline``: every collected suite (a ``GymDatasetFile``) needs a file to write, from
+        ``--gym-baseline`` or its suite file's ``baseline:`` (known only now: suite files are collected)."""
+        if not self.settings.update_baseline or self.deferred:
+            return
+        missing = sorted({f.nodeid for f in suites if not getattr(f, "baseline", None)})
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise pytest.UsageError(
+                f"pytest-gym: --gym-update-baseline has nowhere to write the baseline of {shown}: pass "
+                "--gym-baseline PATH, or add 'baseline: PATH' to its suite file (*.gym.yaml)"
+            )
 
     def results(self, known: KnownFailures | None, seed: int) -> SuiteResults:
         """The owner's collector of trial outcomes, judged per suite with each suite's own settings at the end."""
@@ -182,7 +207,13 @@ class Suites:
         settings, option = self.settings, self.config.getoption
         judged = settings.model_copy(update={"baseline": None, "update_baseline": False}) if self.deferred else settings
         results = SuiteResults(
-            judged, self.gates, settings_for=self.judged_settings, known=known, limits_for=self.suite_limits, seed=seed
+            judged,
+            self.gates,
+            settings_for=self.judged_settings,
+            known=known,
+            limits_for=self.suite_limits,
+            seed=seed,
+            update_hint=self.update_command(),
         )
         # Only the selected trials count: the summary says when a selection narrowed the suite.
         narrowing = (option("keyword"), option("markexpr"), option("deselect", None), option("lf", False))

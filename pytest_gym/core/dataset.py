@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,6 +198,38 @@ def row_fields(row: dict[str, Any], names: Sequence[str]) -> tuple[tuple[str, st
             if text is not None:
                 found.append((name, text))
     return tuple(found)
+
+
+#: Row fields whose value names a task in its node id, first found wins (``--gym-keyword-field`` replaces them).
+LABEL_FIELDS = ("id", "task_id", "name")
+#: A label is cut to this many characters: it names the task, the hash keeps it unique.
+LABEL_MAX = 40
+_LABEL_UNSAFE = re.compile(r"[^0-9A-Za-z_.@+-]+")
+
+
+def task_label(fields: Sequence[tuple[str, str]], names: Sequence[str] = LABEL_FIELDS) -> str:
+    """A task's readable label: the value of the first of ``names`` the row has (see ``row_fields``).
+
+    Only letters, digits and ``_.@+-`` are kept (others become ``_``), so the label never breaks a node id
+    (no ``::``, ``[``, ``/`` or space) and can be pasted into a shell; cut to ``LABEL_MAX``. Empty without one.
+    """
+    for name in names:
+        for field_name, value in fields:
+            if field_name == name:
+                label = _LABEL_UNSAFE.sub("_", value).strip("_.-")[:LABEL_MAX].rstrip("_.-")
+                if label:
+                    return label
+    return ""
+
+
+def task_name(digest: str, label: str = "") -> str:
+    """The task part of a node id: ``<hash[:12]>`` or ``<hash[:12]>-<label>``.
+
+    The hash prefix keeps it unique (two rows may share a label) and stable (it is the row's content); the
+    label makes it readable. Every node id of a task is built here (trials add ``[rN]``).
+    """
+    short = digest[:HASH_PREFIX_LEN]
+    return f"{short}-{label}" if label else short
 
 
 def read_tasks(path: Path, row_hook: RowHook | None = None, fields: Sequence[str] = ()) -> list[Task]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -16,6 +17,25 @@ PROCESSOR_TYPES = frozenset({"processors", "episode_processors"})
 
 class GymError(Exception):
     """Gym could not be started or reached; the message says why and where to look."""
+
+
+class UnknownAgent(GymError):
+    """An agent the suites name is not one Gym serves: every trial would fail the same way, so the run stops."""
+
+
+def unknown_agents(wanted: Iterable[str | None], served: Sequence[str]) -> UnknownAgent | None:
+    """The first agent of ``wanted`` that Gym does not serve, with the closest one it does ("did you mean")."""
+    import difflib
+
+    for name in dict.fromkeys(a for a in wanted if a):
+        if name not in served:
+            close = difflib.get_close_matches(name, served, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            return UnknownAgent(
+                f"agent {name!r} (--gym-agent, or a suite file's agent:) is not served by this Gym deployment: "
+                f"{hint}its agents: {', '.join(served) or 'none'}. No trial was run."
+            )
+    return None
 
 
 @dataclass

@@ -144,13 +144,14 @@ class TrialOutcome:
 TRIAL_MARK = "gym_task_hash"
 #: --gym-verdict task: a task's reports carry each of its trials' properties as one list under this name.
 TRIALS_PROPERTY = "gym_trials"
-_TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}\[r\d+\]$")
+_TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}(?:-[0-9A-Za-z_.@+-]+)?\[r\d+\]$")  # core.dataset.task_name
 #: A trial's usage counts as ``tokens`` holds them: Gym's token counts, and the agent's turns and tool calls.
 USAGE_NAMES = ("input_tokens", "output_tokens", "total_tokens", "turns", "tool_calls")
 
 
 def is_trial_nodeid(nodeid: str) -> bool:
-    """Whether a node id names a trial (``<dataset>::<hash12>[rN]``): for places that know only ids."""
+    """Whether a node id names a trial (``<dataset>::<hash12>[rN]``, ``<dataset>::<hash12>-<label>[rN]``): for
+    places that know only ids."""
     return _TRIAL_NODEID.search(nodeid) is not None
 
 

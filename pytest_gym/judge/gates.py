@@ -308,6 +308,21 @@ def _measure(
     return table[gate.k], ""
 
 
+def unreachable(gates: list[Gate], repeats: int, where: str) -> str | None:
+    """Why a gate can never be decided at ``repeats`` trials per task (pass@K, pass^K with K > repeats; flaky_rate
+    at 1), with the fix; None when every gate can be. Checked before any rollout: the run would be wasted."""
+    for gate in gates:
+        needs = gate.k if gate.k is not None else 2 if gate.metric == "flaky_rate" else 1
+        if needs > repeats:
+            instead = f", or gate on {gate.metric}{repeats}" if gate.k is not None and repeats > 1 else ""
+            return (
+                f"pytest-gym: gate {gate.label} (from {where}) can never be decided: {gate.metric_label} needs "
+                f"{needs} trials of each task and this suite has {repeats}; raise the repeats (--gym-repeats, or "
+                f"repeats: in a suite file) to {needs}{instead}"
+            )
+    return None
+
+
 def _needed(gate: Gate, stats: SuiteStats) -> tuple[bool, int | None]:
     """(undecided, tasks needed) for a failed gate on an interval bound.
 

@@ -336,6 +336,8 @@ class SuiteResults:
     seed: int = 0
     #: Trials not run (budgets, adaptive repeats, sequential gates): suite -> (task, repeat) -> why.
     skips: dict[str, dict[tuple[str, int], str]] = field(default_factory=dict)
+    #: What creates a missing baseline: the run's own command with --gym-update-baseline, when known.
+    update_hint: str = "--gym-update-baseline"
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
@@ -620,11 +622,11 @@ class SuiteResults:
             verdict.baseline_note = f"baseline unreadable: {found}"
             return verdict.baseline_note
         if found is None:
-            verdict.baseline_note = f"no baseline at {path}: create it with --gym-update-baseline"
+            verdict.baseline_note = f"no baseline at {path}: create it with {self.update_hint}"
             return verdict.baseline_note
         baseline = found.for_suite(suite, set(verdict.stats.per_task))
         if baseline is None:
-            verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with --gym-update-baseline"
+            verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with {self.update_hint}"
             return verdict.baseline_note
         verdict.baseline_figures = dict(baseline.suite.efficiency or {})
         verdict.comparison = self._compare(baseline, verdict.stats, verdict, settings)

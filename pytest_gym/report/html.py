@@ -433,6 +433,7 @@ class _Builder:
         tasks_out: list[dict[str, Any]] = []
         for name, entry, min_reward, rule, own in plan:
             built = [self._task(t, rows.get(t.key), min_reward, reward_key, weight[id(t)], rule) for t in own]
+            _mark_common_prefix(built)
             prompts = {b["_full_hash"]: b["prompt"] for b in built}
             position = {b["hash"]: len(tasks_out) + i for i, b in enumerate(built)}
             suites.append(self._suite(name, entry, built, min_reward, len(tasks_out)))
@@ -544,7 +545,8 @@ class _Builder:
         )
         row_fields = {k: _short_json(v, field_chars) for k, v in masked.items()}
         short = task.key[:12] if not task.key.startswith("index-") else task.key
-        out_trials = [self._trial(t, row, reward_key, short, task.suite) for t in trials]
+        name = _task_name(trials, task.suite) or short
+        out_trials = [self._trial(t, row, reward_key, name, task.suite) for t in trials]
         rewards = [t["reward"] for t in out_trials if t.get("reward") is not None]
         errors = sum(1 for t in out_trials if "error" in t)
         # The judge's own per-task numbers (its rule for "passed"): the page computes nothing of its own.
@@ -555,6 +557,7 @@ class _Builder:
             "id": f"{task.suite}::{short}",
             "suite": task.suite,
             "hash": short,
+            "name": name,  # the task part of its node id: the hash, and the row's label when it has one
             "index": task.index,
             "prompt": prompt,
             "n": own.n,
@@ -761,6 +764,33 @@ def _rule(text: object) -> Rule:
 
 
 _CHANGE_ORDER = {"new_failure": 0, "fixed": 1, "flaky_failure": 2, "flaky_fix": 3, None: 4}
+
+
+#: A prompt prefix shared by every task of a suite is skipped in the task table when it is at least this long.
+_COMMON_PREFIX_MIN = 20
+
+
+def _task_name(trials: list[_Trial], suite: str) -> str | None:
+    """The task part of the trials' node id (``<hash>`` or ``<hash>-<label>``, see ``core.dataset.task_name``)."""
+    for trial in trials:
+        nodeid = trial.nodeid or ""
+        if nodeid.startswith(f"{suite}::") and nodeid.endswith(f"[r{trial.repeat}]"):
+            return nodeid[len(suite) + 2 : -len(f"[r{trial.repeat}]")] or None
+    return None
+
+
+def _mark_common_prefix(tasks: list[dict[str, Any]]) -> None:
+    """A template's text every prompt of a suite starts with: its length (cut back to a word) as ``prompt_at``,
+    where the task table starts each prompt (the task's own view shows it whole)."""
+    prompts = [t["prompt"] for t in tasks if t.get("prompt")]
+    if len(prompts) < 2 or len(prompts) < len(tasks):
+        return
+    first, last = min(prompts), max(prompts)  # the common prefix of all is that of the extremes
+    common = first[: next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first))]
+    cut = max(common.rfind(" "), common.rfind("\n")) + 1  # at a word: the rest of each prompt reads whole
+    if cut >= _COMMON_PREFIX_MIN:
+        for task in tasks:
+            task["prompt_at"] = cut
 
 
 def report_data(run_dir: Path, baseline: Baselines = None, baseline_run: BaselineRuns = None) -> dict[str, Any]:

@@ -96,3 +96,36 @@ def deferred_reports(suite: str, path: str, gates: list[str], baseline: bool, re
         skipped.keywords = {name: 1, "skip": 1}
         reports += [skipped, _report(nodeid, name, suite, "teardown", "passed", None, [])]
     return reports
+
+
+def fresh_line(config: pytest.Config) -> bool:
+    """End the terminal line pytest's dots are on, so what comes next starts a line of its own.
+
+    ``ensure_newline`` knows only lines it started with a file name; under xdist the controller writes its
+    dots without one, so the writer's own column decides too."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return False
+    reporter.ensure_newline()
+    writer = getattr(reporter, "_tw", None)
+    if writer is not None and getattr(writer, "width_of_current_line", None):
+        writer.line()
+    return False
+
+
+def end_line(config: pytest.Config) -> None:
+    """After the gates: their line ends with the progress (100%), as pytest ends the trials' line."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    write = getattr(reporter, "_write_progress_information_filling_space", None)
+    if write is not None and getattr(reporter, "_show_progress_info", False) and config.get_verbosity() <= 0:
+        write()
+
+
+def log_report(config: pytest.Config, report: pytest.TestReport) -> None:
+    """Report one phase of a gate (or baseline check) as pytest reports a test's: its start before the setup,
+    its end after the teardown, so the terminal writes its file's name and counts it in its percentages."""
+    if report.when == "setup":
+        config.hook.pytest_runtest_logstart(nodeid=report.nodeid, location=report.location)
+    config.hook.pytest_runtest_logreport(report=report)
+    if report.when == "teardown":
+        config.hook.pytest_runtest_logfinish(nodeid=report.nodeid, location=report.location)

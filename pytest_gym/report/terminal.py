@@ -102,6 +102,36 @@ def _comparison(c: BaselineSummary) -> str:
     )
 
 
+#: The gate that fails a run on any task that newly fails, named when the paired test did not decide.
+NEW_FAILURES_GATE = "new_failures<=0"
+
+
+def baseline_verdict(c: BaselineSummary, gates: list[str]) -> str | None:
+    """Why ``<suite>::baseline`` passed or failed, in words (None: ``baseline check failed: ...`` says it).
+
+    When tasks flipped to failing but the paired test did not show a drop, it says so and names the gate
+    that fails on them (unless the suite has a ``new_failures`` gate already)."""
+    if not c.passed and not c.regressed:
+        return None
+    t = c.max_regression
+    drop = f"drop larger than {t:g}" if t > 0 else "drop"
+    p = c.p_beyond if t > 0 else c.p_drop
+    shown = f"p {p:.3g}" if p is not None else "p n/a"
+    over = f"over {c.shared_tasks} shared task{'s' * (c.shared_tasks != 1)}"
+    if not c.passed:
+        return f"  baseline check: FAIL: the paired test shows a {drop} ({shown} < 0.05 {over})"
+    text = f"  baseline check: PASS: the paired test shows no {drop} ({shown}, not < 0.05, {over})"
+    flipped = len(c.new_failures)
+    if flipped:
+        text += (
+            f"; {flipped} task{'s' * (flipped != 1)} newly failing {'are' if flipped != 1 else 'is'} "
+            "too few to show a drop"
+        )
+        if not any(label.replace(" ", "").startswith("new_failures") for label in gates):
+            text += f'; to fail the run on any new failure add --gym-gate "{NEW_FAILURES_GATE}"'
+    return text
+
+
 def summary_lines(
     suites: dict[str, SuiteSummary],
     update_command: str | None,
@@ -157,6 +187,9 @@ def summary_lines(
         if c is not None:
             verdict = "" if c.passed else " UNDECIDED" if c.undecided else " REGRESSION" if c.regressed else ""
             lines.append(f"  baseline: {_comparison(c)}{verdict}")
+            words = baseline_verdict(c, list(s.gates))
+            if words:
+                lines.append(words)
             if not c.passed and not c.regressed:
                 lines.append(f"  baseline check failed: {c.reason}")
             if c.new_failures:
@@ -216,6 +249,14 @@ def run_lines(summary: RunSummary | None) -> list[str]:
     return lines
 
 
+_ESSENTIAL = ("gate ", "baseline", "no baseline", "new failures", "update the baseline", "run folder:")
+
+
+def _essential(line: str) -> bool:
+    """A line ``-q`` keeps: a suite's headline, its gates and baseline lines, the run folder."""
+    return not line.startswith((" ", "note:", "export ")) or line.lstrip().startswith(_ESSENTIAL)
+
+
 def write_section(
     terminalreporter: pytest.TerminalReporter,
     suites: dict[str, SuiteSummary],
@@ -225,6 +266,7 @@ def write_section(
     baseline: str | None,
     deferred: tuple[str, dict[str, list[str]]] | None = None,
     extra: list[str] | None = None,
+    update: str | None = None,
 ) -> None:
     """The ``pytest-gym`` section: suites, gates (or why they wait), baseline, run folder, notes, exports.
 
@@ -232,14 +274,19 @@ def write_section(
     bounded and stripped of control characters here, the last stop before the terminal. Without
     verdicts (no trial ran, or judging failed) the notes are still shown: they say why.
     """
-    if (not suites and not notes) or terminalreporter.config.get_verbosity() < 0:
+    verbosity = terminalreporter.config.get_verbosity()
+    if (not suites and not notes) or verbosity < -1:
         return
-    update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline" if baseline and not deferred else None
+    if update is None and baseline:
+        update = f"pytest ... --gym-baseline {baseline} --gym-update-baseline"
+    update = None if deferred else update  # ``update``: the run's own command with --gym-update-baseline
     lines = [*summary_lines(suites, update, deferred, baseline), *(extra or []), f"run folder: {run_dir}"]
     lines += [f"note: {note}" for note in notes]
     for name, outcome in exports:
         where = f" [{outcome.location}]" if outcome.location else ""
         lines.append(f"export {name}: {outcome.status} - {outcome.message}{where}")
+    if verbosity < 0:  # -q: what decided the run and where it is; -qq: nothing
+        lines = [line for line in lines if _essential(line)]
     terminalreporter.write_sep("=", "pytest-gym")
     for line in lines:
         terminalreporter.write_line(clean_text(line, MAX_MESSAGE))

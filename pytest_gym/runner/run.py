@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_gym.core.access import GymAccess, access_hint, without_header_variables
 from pytest_gym.core.atomic import write_atomically
-from pytest_gym.core.endpoint import GymEndpoint, GymError
+from pytest_gym.core.endpoint import GymEndpoint, GymError, unknown_agents
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import MAX_MESSAGE, POLICY_KEY_ENV, Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
@@ -124,6 +124,10 @@ class GymRun:
                 raise
             if self.settings.url and self.worker is not None:
                 self._record_attached(endpoint)
+            unknown = unknown_agents((spec.agent for spec in planned), endpoint.agents)
+            if unknown is not None:  # before any rollout: Gym's head answered, the agent is not there
+                self.error = str(unknown)
+                raise unknown
             default_agent = self.settings.agent or (endpoint.agents[0] if len(endpoint.agents) == 1 else None)
             self.server = GymServer(endpoint, self.settings, default_agent, self.access)
             from pytest_gym.rollout.adaptive import make_limit

@@ -20,7 +20,7 @@ from pytest_gym.core.dataset import DatasetError
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout.admission import NotAdmitted
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount
-from pytest_gym.runfolder.records import outcome_from_failure, outcome_from_rollout, with_task_index
+from pytest_gym.runfolder.records import NODEID_KEY, outcome_from_failure, outcome_from_rollout, with_task_index
 from pytest_gym.runfolder.runinfo import Reusable
 from pytest_gym.runner.run import GymRun
 
@@ -152,7 +152,8 @@ class Resumed:
         outcome = outcome_from_rollout(spec, record, reused=True) if record is not None else None
         if outcome is None or record is None:
             return self.fresh.outcome(spec)
-        self.run.open_writer().append_rollout(with_task_index(record, spec.task_index))
+        # This run's record now: its task index and node id (an earlier run may have placed or named it otherwise).
+        self.run.open_writer().append_rollout({**with_task_index(record, spec.task_index), NODEID_KEY: spec.nodeid})
         return outcome
 
 

@@ -103,7 +103,7 @@ def test_regression_against_baseline_fails_naming_new_failures(
         gym, "--gym-repeats", "2", "--gym-verdict", "gate", "--gym-baseline", "base.json", dataset="all_e.jsonl"
     )
     missing = pytester.runpytest(*args)
-    missing.stdout.fnmatch_lines(["*no baseline at */base.json: create it with --gym-update-baseline*"])
+    missing.stdout.fnmatch_lines(["*no baseline at */base.json: create it with pytest *--gym-update-baseline*"])
     assert missing.ret == pytest.ExitCode.OK
     written = pytester.runpytest(*args, "--gym-update-baseline")
     assert written.ret == pytest.ExitCode.OK
@@ -125,7 +125,7 @@ def test_regression_against_baseline_fails_naming_new_failures(
     worse.stdout.fnmatch_lines(
         [
             f"  new failures (10): {first} (line 1), * and 5 more",
-            "  update the baseline: pytest ... --gym-baseline */base.json --gym-update-baseline",
+            "  update the baseline: pytest *--gym-baseline base.json*--gym-update-baseline",
             "FAILED all_e.jsonl::baseline - regression against the baseline*",
         ]
     )

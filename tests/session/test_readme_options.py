@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gym.core.options import SPECS
+from pytest_gym.suitefile import SuiteFile
 from tests.helpers.paths import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -22,3 +23,10 @@ def test_help_lists_every_option_and_ini_setting(pytester: pytest.Pytester) -> N
     assert [s.flag for s in SPECS if s.flag not in text] == []
     assert [s.ini for s in SPECS if s.ini not in text] == []
     result.stdout.fnmatch_lines(["*--gym-max-errors=N|P%*", "*P% of the run's*"])
+
+
+def test_readme_lists_the_keys_a_suite_file_takes() -> None:
+    start = README.index("The keys a suite file takes: ")
+    listed = README[start : README.index("(exactly one of", start)]
+    keys = [part.strip(" `,\n") for part in listed.removeprefix("The keys a suite file takes: ").split(",")]
+    assert keys == list(SuiteFile.model_fields)

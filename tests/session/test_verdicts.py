@@ -8,6 +8,7 @@ on the only process and on the xdist controller alike.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -118,7 +119,7 @@ def test_two_suites_one_baseline_file(pytester: pytest.Pytester, xdist: tuple[st
     )
     args = [*reuse(run, "a.jsonl", "b.jsonl"), "--gym-baseline", "base.json", "--gym-verdict", "gate", *xdist]
     missing = pytester.runpytest(*args)
-    missing.stdout.fnmatch_lines(["  no baseline at */base.json: create it with --gym-update-baseline"] * 2)
+    missing.stdout.fnmatch_lines(["  no baseline at */base.json: create it with pytest *--gym-update-baseline"] * 2)
     pytester.runpytest(*args, "--gym-update-baseline").stdout.fnmatch_lines(
         ["  baseline of a.jsonl written to */base.json", "  baseline of b.jsonl written to */base.json"]
     )
@@ -136,7 +137,10 @@ def test_two_suites_one_baseline_file(pytester: pytest.Pytester, xdist: tuple[st
     # A third suite is missing from the file, and says so.
     third = pytester.runpytest(*args, "--gym-dataset", "c.jsonl")
     third.stdout.fnmatch_lines(
-        ["c.jsonl: 1 tasks*", "  no baseline for suite c.jsonl in */base.json: create it with --gym-update-baseline"]
+        [
+            "c.jsonl: 1 tasks*",
+            "  no baseline for suite c.jsonl in */base.json: create it with pytest *--gym-update-baseline",
+        ]
     )
 
 
@@ -210,10 +214,11 @@ def ids(*indexes: int) -> list[str]:
 
 
 def selected(pytester: pytest.Pytester, args: list[str], *select: str) -> list[str]:
-    """Node ids of the trials that ran (and passed: every reused reward is 1)."""
+    """Node ids of the trials that ran (and passed: every reused reward is 1), without their rows' labels."""
     result = pytester.runpytest(*args, "-rA", *select)
     assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED), result.stdout.str()
-    return sorted(line.split()[1] for line in result.outlines if line.startswith("PASSED labelled.jsonl::"))
+    ran = [line.split()[1] for line in result.outlines if line.startswith("PASSED labelled.jsonl::")]
+    return sorted(re.sub(r"::([0-9a-f]{12})-[^\[]+\[", r"::\1[", nodeid) for nodeid in ran)
 
 
 @pytest.mark.parametrize("xdist", XDIST)

@@ -13,7 +13,7 @@
   var byId = {};
   tasks.forEach(function (t, i) {
     t._i = i;
-    t._text = (t.prompt || "").toLowerCase() + " " + t.hash;
+    t._text = (t.prompt || "").toLowerCase() + " " + (t.name || t.hash).toLowerCase();
     t._min = suites[suiteIndex[t.suite]] ? suites[suiteIndex[t.suite]].min_reward : 1;
     byId[t.id] = t;
   });
@@ -33,7 +33,7 @@
     return v.toFixed(digits === undefined ? 3 : digits);
   }
   function fixed(v) { return v === null || v === undefined ? "n/a" : v.toFixed(3); }
-  function nodeid(t, trial) { return trial.nodeid || (t.suite + "::" + t.hash + "[r" + trial.r + "]"); }
+  function nodeid(t, trial) { return trial.nodeid || (t.suite + "::" + (t.name || t.hash) + "[r" + trial.r + "]"); }
   function shellQuote(s) { return "'" + s.replace(/'/g, "'\\''") + "'"; }
 
   var FILTERS = [
@@ -182,8 +182,8 @@
   function rowHtml(t) {
     var cells = COLUMNS.map(function (c) {
       switch (c[0]) {
-        case "task": return '<td class="tw"><code>' + esc(t.hash) + "</code>" + (t.index !== null ? ' <span class="muted">#' + t.index + "</span>" : "") + (suites.length > 1 ? '<div class="muted">' + esc(t.suite) + "</div>" : "") + "</td>";
-        case "prompt": return '<td class="prompt" title="' + esc((t.prompt || "").slice(0, 300)) + '">' + esc((t.prompt || "").slice(0, 160)) + "</td>";
+        case "task": return '<td class="tw"><code>' + esc(t.name || t.hash) + "</code>" + (t.index !== null ? ' <span class="muted">#' + t.index + "</span>" : "") + (suites.length > 1 ? '<div class="muted">' + esc(t.suite) + "</div>" : "") + "</td>";
+        case "prompt": var shown = (t.prompt || "").slice(t.prompt_at || 0); return '<td class="prompt" title="' + esc((t.prompt || "").slice(0, 300)) + '">' + (t.prompt_at ? "\u2026" : "") + esc(shown.slice(0, 160)) + "</td>";
         case "mean": return '<td class="num tw">' + meanCell(t) + "</td>";
         case "passes": return '<td class="num">' + t.successes + "/" + t.n + "</td>";
         case "errors": return '<td class="num">' + (t.errors || "") + "</td>";

@@ -18,7 +18,7 @@ import pytest
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.judge.stats import suite_stats
-from pytest_gym.report.html import build_report, embed_json, prompt_text, report_data
+from pytest_gym.report.html import build_report, embed_json, prompt_text, render, report_data
 from pytest_gym.runfolder.layout import SUMMARY_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter, write_aggregate_metrics
 from pytest_gym.runfolder.summary import write_summary
@@ -566,3 +566,19 @@ def _cache_in(folder: Path) -> Any:
         original(self, str(folder))
 
     return init
+
+
+def test_gyms_percentages_are_labelled_apart_from_our_fractions(tmp_path: Path) -> None:
+    run = write_run(tmp_path, [outcome(row(0), 0, 0, 1.0)], {})
+    metrics = {"mean/reward": 1.0, "pass@1/accuracy": 100.0, "majority@2/accuracy": 50.0}
+    write_aggregate_metrics(run, [{"agent_ref": {"name": "agent"}, "agent_metrics": {}, "key_metrics": metrics}])
+    page = render(report_data(run))
+    section = page[page.index("Gym's own metrics") :]
+    assert "percentages (0-100)" in section
+    assert "fractions (0-1)" in section
+    shown = re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)(?:<span class=\"muted\">([^<]*)</span>)?</dd>", section)
+    assert [(key, unit) for key, _, unit in shown][:3] == [
+        ("mean/reward", ""),
+        ("pass@1/accuracy", "% (0-100)"),
+        ("majority@2/accuracy", "% (0-100)"),
+    ]

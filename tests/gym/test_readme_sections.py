@@ -1,0 +1,48 @@
+"""The README's "Run your own dataset" commands, run exactly as written (issue 24 item 4), against a real Gym
+started by them, offline, in a folder holding what the demo leaves: examples/, scripts/ and .venvs/."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from tests.helpers.paths import ROOT
+from tests.helpers.realgym import need_gym
+
+
+def readme_block(title: str) -> str:
+    """The first indented code block of the README section ``title``, as a shell script."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split(f"## {title}\n", 1)[1].split("\n#", 1)[0]
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("    "))
+    block = []
+    for line in lines[start:]:
+        if line and not line.startswith("    "):
+            break
+        block.append(line[4:])
+    return "\n".join(block).strip() + "\n"
+
+
+def test_run_your_own_dataset_as_written(tmp_path: Path) -> None:
+    need_gym()
+    for name in ("examples", "scripts", ".venvs"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    script = readme_block("Run your own dataset")
+    assert "--gym-dataset mine/mine.jsonl" in script
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own Gym, its own Ray: as for users
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-4000:]  # the policy answers B: 1 trial passes, 2 fail
+    assert "1 passed" in out, out[-4000:]
+    assert "2 failed" in out, out[-4000:]
+    assert list((tmp_path / "mine" / ".pytest_gym" / "runs").glob("*/report.html"))
