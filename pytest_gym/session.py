@@ -282,7 +282,7 @@ class GymSession:
             lambda: self.open_gym(session),
             parse_error_budget(settings.max_errors),
             self._errors,
-            len(self.plan(session)),
+            self.progress.total or 0,  # len(self.plan(session)), counted once at the end of collection
             self.run.deadline(),
         )
         source: TrialSource = fresh

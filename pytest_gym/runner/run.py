@@ -205,10 +205,12 @@ class GymRun:
         """--gym-rescore, before any trial: re-verify ``source``'s answers and record what moved (``rescore.json``);
         None when Gym could not be reached (recorded too: the trials then report it). ``UnsafeRescore`` and
         ``RecordError`` are the user's to fix."""
-        from pytest_gym.gym.rescore import moved, write_rescore_info
+        from pytest_gym.gym.rescore import UnsafeRescore, moved, write_rescore_info
 
         try:
             result = self.rescore(source)
+        except UnsafeRescore:
+            raise  # a GymError, but the user's to fix: a usage error, not one per trial
         except GymError as exc:
             write_rescore_info(self.run_dir, source, None, clean_text(f"pytest-gym: --gym-rescore: {exc}", MAX_MESSAGE))
             return None

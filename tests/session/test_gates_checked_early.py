@@ -8,8 +8,9 @@ import pytest
 
 from tests.helpers.reused_runs import AGENT, earlier_run, row
 
-#: No Gym anywhere: a run that got as far as a rollout would fail on this instead.
-NO_GYM = ("--gym-cli=/nonexistent/gym", "--gym-agent", AGENT, "--gym-resources-server", "mcqa")
+#: No Gym anywhere (a command that exits 1: a missing one is refused at start-up): a run that got as far as a
+#: rollout would fail on it instead.
+NO_GYM = ("--gym-cli=/bin/false", "--gym-agent", AGENT, "--gym-resources-server", "mcqa")
 
 
 def test_pass_at_k_above_the_repeats_is_refused_before_any_rollout(pytester: pytest.Pytester) -> None:
@@ -24,7 +25,7 @@ def test_pass_at_k_above_the_repeats_is_refused_before_any_rollout(pytester: pyt
             "or gate on pass@2",
         ]
     )
-    assert "nonexistent" not in result.stdout.str()  # Gym was never started
+    assert "/bin/false" not in result.stdout.str()  # Gym was never started
     assert not list(Path(pytester.path, ".pytest_gym", "runs").glob("*/gym_env.log"))
 
 

@@ -22,6 +22,7 @@ CHEAP = {
     "pytest_gym.core",
     "pytest_gym.core.options",
     "pytest_gym.core.outcome",
+    "pytest_gym.core.tracing",
     "pytest_gym.core.numbers",
     "pytest_gym.core.dataset",
     "pytest_gym.core.masking",
