@@ -29,5 +29,8 @@ def test_gates_get_their_own_line_ending_at_100_percent(pytester: pytest.Pyteste
     result = pytester.runpytest(*reuse(run, "d.jsonl"), *gates, *xdist)
     result.assert_outcomes(passed=11, failed=3)
     percentages = [m.group(1) for line in result.stdout.lines for m in re.finditer(r"\[\s*(\d+)%\]", line)]
-    assert percentages == ["100", "100"], result.stdout.str()
-    assert any(re.fullmatch(r"(d\.jsonl )?F\.\s+\[100%\]", line) for line in result.stdout.lines)  # 2 gates
+    # pytest 8.0 repeats the last line's [100%] at the end of the session ("[100%] [100%]"); newer ones do not.
+    old = pytest.version_tuple < (8, 1)
+    assert percentages == (["100", "100", "100"] if old and len(percentages) == 3 else ["100", "100"]), result.stdout
+    gates_line = r"(d\.jsonl )?F\.\s+\[100%\]" + (r"( \[100%\])?" if old else "")
+    assert any(re.fullmatch(gates_line, line) for line in result.stdout.lines)  # 2 gates
