@@ -96,7 +96,10 @@ def test_unknown_agent_is_an_error_listing_the_agents(pytester: pytest.Pytester,
         "--gym-url", gym.url, "--gym-agent", "nope", "--gym-dataset", "example.jsonl", "-k", HASHES[0]
     )
     result.assert_outcomes(errors=1, deselected=4)
-    result.stdout.fnmatch_lines(["*agent 'nope' is not served by this Gym deployment; its agents: mcqa_simple_agent*"])
+    result.stdout.fnmatch_lines(
+        ["*agent 'nope' (--gym-agent, or a suite file's agent:) is not served by this Gym deployment: its agents: "
+         "mcqa_simple_agent*"]
+    )  # fmt: skip
 
 
 def test_the_only_agent_is_used_when_none_is_named(pytester: pytest.Pytester, example: Path, gym: RealGym) -> None:
