@@ -322,6 +322,18 @@ class Masker:
         return "*" * len(original.encode("utf-8", "surrogateescape"))
 
     def text(self, text: str) -> str:
+        return self._masked(text, prose=True)
+
+    def evidence(self, text: str) -> str:
+        """``text`` as evidence (a recorded prompt or answer that will be replayed): only known secret values
+        (whole or cut short), a URL's password, and a ``Bearer``/``Basic`` token that looks like a credential are
+        masked. The prose rules (``password: ...``, ``token=...``) are not applied: a model's answer that merely
+        looks like it holds a credential is kept byte for byte, so what is replayed is what was recorded."""
+        return self._masked(text, prose=False)
+
+    def _masked(self, text: str, prose: bool) -> str:
+        """Known values (whole or cut short), URL passwords, Bearer/Basic tokens; with ``prose``, also the values
+        of secret-named keys in ``key=value``/``key: value`` text."""
         if not self.suspicious(text):
             return text
         for secret in self.secrets:
@@ -332,19 +344,11 @@ class Masker:
         if "://" in text:
             text = _URL_USERINFO.sub(self._userinfo, text)
         lower = text.lower()
-        if any(hint in lower for hint in _KEY_HINTS):
+        if prose and any(hint in lower for hint in _KEY_HINTS):
             text = _KEY_VALUE.sub(self._key_value, text)
         if any(hint in lower for hint in _SCHEME_HINTS):
             text = _BEARER.sub(self._bearer, text)
         return text
-
-    def evidence(self, text: str) -> str:
-        """``text`` as evidence (a recorded prompt or answer that will be replayed): only known secret values
-        (whole or cut short), a URL's password, and a ``Bearer``/``Basic`` token that looks like a credential are
-        masked. The prose rules (``password: ...``, ``token=...``) are not applied: a model's answer that merely
-        looks like it holds a credential is kept byte for byte, so what is replayed is what was recorded."""
-        if not self.suspicious(text):
-            return text
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, self._mask(secret))
