@@ -36,18 +36,13 @@ Everything it starts is stopped by process group; every wait is bounded.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import os
 import random
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,31 +98,9 @@ def serve(port_file: Path) -> None:
     shards.serve(port_file)
 
 
-@contextlib.contextmanager
-def stand_in(work: Path) -> Iterator[str]:
-    port_file = work / "stand-in.port"
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(port_file)],
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": str(shards.ROOT)},
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while not port_file.exists() or not port_file.read_text():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the stand-in server did not start")
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port_file.read_text()}"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+def stand_in(work: Path) -> Any:
+    """This file's stochastic stand-in (``--serve``), started and stopped as the shards benchmark's."""
+    return shards.stand_in(work, __file__, {**os.environ, "PYTHONPATH": str(shards.ROOT)})
 
 
 def write_rows(path: Path, task_chances: Sequence[float], tag: str) -> float:

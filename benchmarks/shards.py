@@ -99,12 +99,14 @@ def serve(port_file: Path) -> None:
 
 
 @contextlib.contextmanager
-def stand_in(work: Path) -> Any:
+def stand_in(work: Path, script: str = __file__, env: dict[str, str] | None = None) -> Any:
+    """``script --serve PORT_FILE`` in its own process group (this file's stand-in Gym by default); its URL."""
     port_file = work / "stand-in.port"
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(port_file)],
+        [sys.executable, script, "--serve", str(port_file)],
         start_new_session=True,
         stdin=subprocess.DEVNULL,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 20
