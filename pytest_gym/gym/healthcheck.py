@@ -10,13 +10,12 @@ folder (``quality_summary.json``, ``rollout_verdicts.jsonl``); ``runfolder.healt
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from pytest_gym.core.masking import clean_text
+from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 
 _TIMEOUT_S = 600.0
@@ -46,36 +45,19 @@ class HealthCheck:
 
     def __init__(self, python: Path, run_dir: Path, env: Mapping[str, str] | None = None) -> None:
         self.python = python
-        self.env = None if env is None else dict(env)  # Gym's code gets no --gym-header variable
         self.run_dir = run_dir
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.helper = GymHelper(python, _HELPER, run_dir, env)
 
     def start(self) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [str(self.python), "-c", _HELPER],
-            cwd=self.run_dir,  # Gym's imports may write into the working folder: the run folder's
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        self.helper.start()
 
     def run(self, records: int) -> dict[str, int]:
         """Check the folder's rollouts (Gym writes its reports there); Gym's verdict counts, or RuntimeError."""
-        if self.proc is None:
-            self.start()
-        assert self.proc is not None
         workers = max(1, min(4, records // _RECORDS_PER_WORKER))
         request = {"rollouts": str(self.run_dir / ROLLOUTS_FILE), "output_dir": str(self.run_dir), "workers": workers}
-        try:
-            out, err = self.proc.communicate((json.dumps(request) + "\n").encode(), timeout=_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.close()
-            raise RuntimeError(f"Gym's health checks took more than {_TIMEOUT_S:g} s") from None
-        finally:
-            self.proc = None
+        out, err = self.helper.exchange(
+            (json.dumps(request) + "\n").encode(), _TIMEOUT_S, f"Gym's health checks took more than {_TIMEOUT_S:g} s"
+        )
         answers = out.decode("utf-8", "replace").splitlines()
         try:
             verdicts = json.loads(answers[-1])["verdicts"]
@@ -87,10 +69,4 @@ class HealthCheck:
             ) from None
 
     def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.kill()  # its own session: only the helper itself
-        with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
-            proc.communicate(timeout=10)
+        self.helper.close()

@@ -16,9 +16,7 @@ pytest-gym never imports ``nemo_gym``: that step runs Gym's own functions in Gym
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +25,7 @@ from typing import Any
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
 from pytest_gym.core.masking import Masker, clean_text
+from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.runfolder.layout import CAPTURE_DIR, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.records import (
     ROLLOUT_INDEX_KEY,
@@ -120,28 +119,14 @@ class Finalizer:
 
     def __init__(self, python: Path, folder: Path | None, cwd: Path, env: Mapping[str, str] | None = None) -> None:
         self.python = python
-        self.env = None if env is None else dict(env)
         self.folder = folder
-        self.cwd = cwd
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.helper = GymHelper(python, _HELPER, cwd, env, [str(folder) if folder is not None else ""])
 
     def start(self) -> None:
-        self.cwd.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(
-            [str(self.python), "-c", _HELPER, str(self.folder) if self.folder is not None else ""],
-            cwd=self.cwd,  # Gym's imports may write into the working folder: the run folder's, not the user's
-            env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        self.helper.start()
 
     def finalize(self, run_dir: Path, servers: Mapping[str, EnvironmentServer]) -> str:
         """Finalize ``run_dir``'s rollouts in place; a one-line account of what was done."""
-        if self.proc is None:
-            self.start()
-        assert self.proc is not None
         path = run_dir / ROLLOUTS_FILE
         records = read_records(path)
         inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
@@ -159,13 +144,8 @@ class Finalizer:
             latency_ms = round(latency * 1000, 3) if latency is not None else None
             lines.append(json.dumps({"n": n, "row": row, "result": record, "latency_ms": latency_ms}) + "\n")
         started = time.monotonic()
-        try:
-            out, err = self.proc.communicate("".join(lines).encode(), timeout=_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.close()
-            raise RuntimeError(f"Gym's trajectory step took more than {_TIMEOUT_S:g} s; raw records kept") from None
-        finally:
-            self.proc = None
+        too_slow = f"Gym's trajectory step took more than {_TIMEOUT_S:g} s; raw records kept"
+        out, err = self.helper.exchange("".join(lines).encode(), _TIMEOUT_S, too_slow)
         answers = out.decode("utf-8", "replace").splitlines()
         if answers[:1] == ["ready"]:
             answers = answers[1:]
@@ -182,10 +162,4 @@ class Finalizer:
         return f"{len(todo)} records finalized in {time.monotonic() - started:.1f} s"
 
     def close(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.kill()  # its own session: only the helper itself
-        with contextlib.suppress(subprocess.TimeoutExpired, ValueError, OSError):
-            proc.communicate(timeout=10)
+        self.helper.close()
