@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.helpers.standin import StandinGym, serving
+from tests.helpers.standin import Answer, StandinGym, serving
 
 COUNTING_CONFTEST = """
 import json, os
@@ -85,3 +85,62 @@ def test_a_gym_that_cannot_be_reached_makes_no_plan_per_trial(
     counts = {p.name: json.loads(p.read_text()) for p in pytester.path.glob("plan-calls-*")}
     assert counts, "the counting conftest did not run"
     assert all(n <= 3 for n in counts.values()), counts
+
+
+REPR_CONFTEST = """
+import json, os
+import pytest
+
+filtered = []
+original = pytest.Function._traceback_filter
+
+def counted(self, excinfo):
+    filtered.append(self.nodeid)
+    return original(self, excinfo)
+
+pytest.Function._traceback_filter = counted
+seen = []
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed and call.excinfo is not None:
+        before = len(filtered)
+        ours = item._repr_failure_py(call.excinfo, "auto")
+        used = len(filtered) > before
+        # pytest's own filtering of the same failure, as any test item gets it
+        item._traceback_filter = lambda excinfo: original(item, excinfo)
+        pytests = item._repr_failure_py(call.excinfo, "auto")
+        del item._traceback_filter
+        seen.append([call.when, str(ours), str(pytests), repr(ours.reprcrash), repr(pytests.reprcrash), used])
+    return report
+
+def pytest_sessionfinish(session):
+    with open(os.path.join(str(session.config.rootpath), "reprs.json"), "w") as fh:
+        fh.write(json.dumps(seen))
+"""
+
+
+def test_a_trial_failure_reads_as_pytest_would_show_it_without_filtering_its_traceback(
+    pytester: pytest.Pytester, gym: StandinGym
+) -> None:
+    """A failure pytest-gym raises (a low reward; a fault in setup) is shown by its message alone: its report is
+    the one pytest makes, without pytest's per-frame filtering of the traceback (a path and a stat per frame)."""
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(REPR_CONFTEST)
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(4)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gym.rewards = lambda body: 0.0  # every trial fails ...
+    gym.faults = [Answer(status=500, body=b"boom")]  # ... but the first rollout, an error in setup
+    result = pytester.runpytest_subprocess(
+        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-concurrency", "1",
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(failed=3, errors=1)
+    seen = json.loads((pytester.path / "reprs.json").read_text())
+    assert sorted(when for when, *_ in seen) == ["call", "call", "call", "setup"], seen
+    for when, ours, pytests, our_crash, pytests_crash, used in seen:
+        assert ours == pytests, when
+        assert our_crash == pytests_crash, when
+        assert not used, f"pytest filtered the traceback of a {when} failure pytest-gym raised"
+    assert "reward 0.0 < min_reward 1.0" in "".join(ours for when, ours, *_ in seen if when == "call")
