@@ -144,3 +144,56 @@ def test_a_trial_failure_reads_as_pytest_would_show_it_without_filtering_its_tra
         assert our_crash == pytests_crash, when
         assert not used, f"pytest filtered the traceback of a {when} failure pytest-gym raised"
     assert "reward 0.0 < min_reward 1.0" in "".join(ours for when, ours, *_ in seen if when == "call")
+
+
+FREEZE_CONFTEST = """
+import atexit, gc, json, os
+
+seen = {"during": [], "after": None}
+
+def pytest_runtest_call(item):
+    seen["during"].append(gc.get_freeze_count())
+
+def write():
+    seen["after"] = gc.get_freeze_count()
+    with open(os.environ["FREEZE_OUT"], "w") as fh:
+        fh.write(json.dumps(seen))
+
+atexit.register(write)  # after pytest's unconfigure
+"""
+
+
+def test_the_heap_of_a_run_with_trials_is_frozen_while_they_run_and_thawed_at_the_end(
+    pytester: pytest.Pytester, gym: StandinGym, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Full garbage collections during the run skip what collection made (it lives until the end anyway);
+    the end of the session gives it back to the collector."""
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(FREEZE_CONFTEST)
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(3)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = pytester.path / "freeze.json"
+    monkeypatch.setenv("FREEZE_OUT", str(out))
+    result = pytester.runpytest_subprocess(
+        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "test_plain.py", "data.jsonl",
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)
+    seen = json.loads(out.read_text())
+    assert len(seen["during"]) == 4
+    assert all(count > 1000 for count in seen["during"]), seen["during"]
+    assert seen["after"] == 0
+
+
+def test_a_session_without_trials_leaves_the_heap_alone(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(FREEZE_CONFTEST)
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    out = pytester.path / "freeze.json"
+    monkeypatch.setenv("FREEZE_OUT", str(out))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", timeout=300)
+    result.assert_outcomes(passed=1)
+    assert json.loads(out.read_text()) == {"during": [0], "after": 0}
