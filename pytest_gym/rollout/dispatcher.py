@@ -153,6 +153,7 @@ class Dispatcher:
         self.skip = skip
         self.concurrency = max(1, concurrency)
         self.lookahead = max(1, lookahead if lookahead is not None else max(64, 4 * self.concurrency))
+        self._wake_step = max(1, self.lookahead // 8)
         self.trial_timeout = trial_timeout
         self.claims: Claims = claims if claims is not None else LocalClaims()
         self.listeners: list[Callable[[TrialOutcome], None]] = []
@@ -170,6 +171,11 @@ class Dispatcher:
         self._started: set[str] = set()
         self._mine: set[str] = set()  # started because this worker was handed them: kept until consumed
         self._position = 0
+        #: A feeder with nothing to start in the lookahead waits until pytest reaches this position: woken
+        #: once per ``_wake_step`` trials pytest moves on, it starts that many (a wake-up per trial would cost
+        #: a system call and a pass of the loop per trial while pytest, not Gym, is the slower side). Set by the
+        #: feeder as it waits; pytest's thread sets it past any position when it asks for the wake-up.
+        self._wake_at = 0
         self._cursor = 0
         self._upcoming: Callable[[], Sequence[int]] | None = None
         self._feeder_waiting = False
@@ -352,7 +358,8 @@ class Dispatcher:
         index = self._index.get(spec.nodeid)
         if index is not None and index + 1 > self._position:
             self._position = index + 1
-            if self._feeder_waiting:
+            if self._feeder_waiting and self._position >= self._wake_at:
+                self._wake_at = sys.maxsize  # one wake-up per wait: the feeder sets the next mark when it waits again
                 self._loop.call_soon_threadsafe(self._wake)
 
     # -- the loop thread -----------------------------------------------------------------
@@ -384,6 +391,7 @@ class Dispatcher:
             # controller hands this worker more items, which nothing signals: look again shortly). A trial held
             # back waits for results another process may publish: look again shortly too.
             self._progress.clear()
+            self._wake_at = self._position + self._wake_step
             self._feeder_waiting = True
             if self._next_candidate(peek=True) is None:
                 if self._upcoming is None and not self._held_back:

@@ -185,6 +185,32 @@ def test_lookahead_bounds_prefetch(fake: StandinGym, tmp_path: Path) -> None:
         dispatcher.close()
 
 
+def waiting(dispatcher: Dispatcher) -> bool:
+    """The feeder waits for pytest to move on, and no wake-up is on its way."""
+    return dispatcher._feeder_waiting and getattr(dispatcher, "_wake_at", 0) != sys.maxsize
+
+
+def test_a_waiting_feeder_is_woken_once_per_step_of_the_lookahead_not_per_trial(
+    fake: StandinGym, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest is the slower side here (Gym answers at once): every trial in the lookahead has run, and the
+    feeder is woken to start more once pytest moved on by an eighth of it, not at every trial."""
+    specs = make_specs(tmp_path, 200)
+    dispatcher = make_dispatcher(fake, concurrency=4, lookahead=64)
+    wakes: list[int] = []
+    wake = dispatcher._wake
+    monkeypatch.setattr(dispatcher, "_wake", lambda: (wakes.append(1), wake())[1])
+    dispatcher.plan(specs)
+    try:
+        for spec in specs:  # each time, the feeder has started all it may and waits before pytest moves on
+            wait_for(lambda: waiting(dispatcher) or dispatcher._feeder is None or dispatcher._feeder.done())
+            assert dispatcher.result(spec).reward == 1.0
+        assert sorted(runs(fake)) == [(s.task_index, s.repeat) for s in specs]
+        assert 10 <= len(wakes) <= 200 // 8 + 2, len(wakes)
+    finally:
+        dispatcher.close()
+
+
 def test_nothing_is_dispatched_without_a_plan_or_a_request(fake: StandinGym, tmp_path: Path) -> None:
     specs = make_specs(tmp_path, 3)
     dispatcher = make_dispatcher(fake, concurrency=4)
