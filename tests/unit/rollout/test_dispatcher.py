@@ -199,7 +199,12 @@ def test_a_waiting_feeder_is_woken_once_per_step_of_the_lookahead_not_per_trial(
     dispatcher = make_dispatcher(fake, concurrency=4, lookahead=64)
     wakes: list[int] = []
     wake = dispatcher._wake
-    monkeypatch.setattr(dispatcher, "_wake", lambda: (wakes.append(1), wake())[1])
+
+    def counted() -> None:
+        wakes.append(dispatcher._position)
+        wake()
+
+    monkeypatch.setattr(dispatcher, "_wake", counted)
     dispatcher.plan(specs)
     try:
         for spec in specs:  # each time, the feeder has started all it may and waits before pytest moves on
