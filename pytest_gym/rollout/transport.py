@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_gym.core.access import GymAccess, access_hint
-from pytest_gym.core.dataset import DatasetError
+from pytest_gym.core.dataset import DatasetError, Task
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets, strip_control
 from pytest_gym.core.numbers import is_finite_number
@@ -183,6 +183,10 @@ def post_rollout_once(
     return run_blocking(once())
 
 
+#: How many rows (of the tasks started last) a ``Rollouts`` keeps.
+_ROWS_KEPT = 8
+
+
 class Rollouts:
     """Runs one trial's rollout from its spec to its outcome, on the dispatcher's event loop."""
 
@@ -211,6 +215,8 @@ class Rollouts:
         self.limit = limit
         #: --gym-health-check: an answer whose evidence is broken makes the trial an error (``evidence``).
         self.check_evidence = check_evidence
+        #: The rows read last (by task), a few: a task's repeats start close together.
+        self._rows: dict[int, tuple[Task, dict[str, Any]]] = {}
 
     def trace_headers(self, outcome: TrialOutcome) -> dict[str, str]:
         """The trial's W3C trace context, one trace per trial (every attempt carries it); its id on the outcome."""
@@ -225,7 +231,7 @@ class Rollouts:
         outcome = TrialOutcome.for_spec(spec)
         headers = self.trace_headers(outcome)
         try:
-            row = spec.task.load_row()
+            row = self._row(spec.task)
             own = row_agent(row)
             agent = spec.agent or own or self.default_agent
             if agent is None:
@@ -258,6 +264,18 @@ class Rollouts:
             return outcome
         outcome.answer, outcome.reward = answer, reward
         return outcome
+
+    def _row(self, task: Task) -> dict[str, Any]:
+        """The task's row as sent: read from the dataset once for repeats started close together, not per trial.
+        Each trial's request is a copy of it (``build_request``), as it would be of a freshly read row."""
+        kept = self._rows.get(id(task))
+        if kept is not None and kept[0] is task:
+            return kept[1]
+        row = task.load_row()
+        if len(self._rows) >= _ROWS_KEPT:
+            del self._rows[next(iter(self._rows))]  # the oldest
+        self._rows[id(task)] = (task, row)
+        return row
 
     async def _post(
         self, url: str, payload: bytes, reward_key: str, outcome: TrialOutcome, headers: Mapping[str, str]

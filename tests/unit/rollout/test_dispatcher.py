@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.core.dataset import read_tasks
+from pytest_gym.core.dataset import Task, read_tasks
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout import dispatcher as dispatch
@@ -183,6 +183,32 @@ def test_lookahead_bounds_prefetch(fake: StandinGym, tmp_path: Path) -> None:
         assert sorted(index for index, _ in runs(fake)) == [0, 1, 2, 3, 4, 9, 10, 11, 12, 13, 14]
     finally:
         dispatcher.close()
+
+
+def test_a_tasks_row_is_read_once_for_its_repeats_and_each_request_is_its_own(
+    fake: StandinGym, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    specs = make_specs(tmp_path, 3, repeats=4)
+    reads: list[int] = []
+    load_row = Task.load_row
+
+    def counted(task: Task) -> dict[str, Any]:
+        reads.append(task.line)
+        return load_row(task)
+
+    monkeypatch.setattr(Task, "load_row", counted)
+    dispatcher = make_dispatcher(fake, concurrency=4)
+    dispatcher.plan(specs)
+    try:
+        outcomes = [dispatcher.result(spec) for spec in specs]
+    finally:
+        dispatcher.close()
+    assert reads == [1, 2, 3]
+    bodies = [request.json() for request in list(fake.log) if request.route == "/run"]
+    assert sorted(
+        (b["_ng_task_index"], b["_ng_rollout_index"], b["responses_create_params"]["input"]) for b in bodies
+    ) == [(i, r, f"q{i}") for i in range(3) for r in range(4)]
+    assert [(o.request or {}).get("_ng_rollout_index") for o in outcomes] == [s.repeat for s in specs]
 
 
 def waiting(dispatcher: Dispatcher) -> bool:
