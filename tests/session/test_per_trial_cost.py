@@ -197,3 +197,40 @@ def test_a_session_without_trials_leaves_the_heap_alone(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", timeout=300)
     result.assert_outcomes(passed=1)
     assert json.loads(out.read_text()) == {"during": [0], "after": 0}
+
+
+COUNT_CONFTEST = """
+import json, os
+from pytest_gym.rollout.budget import SharedErrorCount
+
+calls = [0]
+original = SharedErrorCount.count
+
+def counted(self):
+    calls[0] += 1
+    return original(self)
+
+SharedErrorCount.count = counted
+
+def pytest_sessionfinish(session):
+    with open(os.path.join(str(session.config.rootpath), "count-calls"), "w") as fh:
+        fh.write(json.dumps(calls[0]))
+"""
+
+
+@pytest.mark.parametrize(("budget", "looked"), [((), False), (("--gym-max-errors", "5"), True)])
+def test_the_shared_error_count_is_read_per_trial_only_under_an_error_budget(
+    pytester: pytest.Pytester, gym: StandinGym, budget: tuple[str, ...], looked: bool
+) -> None:
+    """The run's error count is a file shared by the xdist workers: without --gym-max-errors it is not read."""
+    pytester.makeini("[pytest]\n")
+    pytester.makeconftest(COUNT_CONFTEST)
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(4)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = pytester.runpytest_subprocess(
+        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", *budget,
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", timeout=300,
+    )  # fmt: skip
+    result.assert_outcomes(passed=4)
+    calls = json.loads((pytester.path / "count-calls").read_text())
+    assert (calls >= 4) if looked else (calls == 0), calls
