@@ -55,14 +55,17 @@ class AppendLog:
             if fd is None:
                 raise ValueError(f"{self.path} is closed")
             with held(fd):
-                start = os.lseek(fd, 0, os.SEEK_END)
+                written = 0
                 try:
                     view = memoryview(data)
                     while view:
-                        view = view[os.write(fd, view) :]
+                        count = os.write(fd, view)
+                        written += count
+                        view = view[count:]
                 except BaseException:
+                    # Under the lock no other writer appended meanwhile: the file grew by ``written`` bytes.
                     with contextlib.suppress(OSError):
-                        os.ftruncate(fd, start)
+                        os.ftruncate(fd, os.fstat(fd).st_size - written)
                     raise
                 if self._fsync:
                     os.fsync(fd)

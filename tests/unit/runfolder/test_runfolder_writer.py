@@ -318,6 +318,29 @@ def test_a_write_that_fails_halfway_leaves_no_torn_line(tmp_path: Path, monkeypa
     assert [r["_ng_rollout_index"] for r in read_jsonl(tmp_path / ROLLOUTS_FILE)] == [0, 2]
 
 
+def test_a_record_is_one_write_per_file_under_its_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rollout thread's system calls per trial are its cost: a record asks nothing else of the file (no
+    seek to learn where it starts: a failed write is cut back by what it wrote, see the test above)."""
+    writer = RunFolderWriter(tmp_path)
+    asked: list[str] = []
+    for name in ("lseek", "fstat", "stat", "ftruncate"):
+        monkeypatch.setattr(os, name, lambda *a, _name=name, **k: asked.append(_name))
+    writes: list[int] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        writes.append(fd)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    writer.record(rewarded(dict(ANSWER), request_for(ROW, 0, 0)))
+    monkeypatch.undo()
+    writer.close()
+    assert asked == []
+    assert len(writes) == 2  # the request, the rollout
+    assert [r["_ng_rollout_index"] for r in read_jsonl(tmp_path / ROLLOUTS_FILE)] == [0]
+
+
 # -- aggregate metrics --------------------------------------------------------------------------------------------
 
 GYM_AGGREGATE_ANSWER: dict[str, Any] = {
