@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pytest_gym.core.tracing import TRACEPARENT, new_traceparent, trace_link, tracestate_problem
@@ -24,6 +26,22 @@ def test_a_traceparent_is_w3c_and_new_each_time() -> None:
     assert trace_link(TEMPLATE, trace_id) == f"https://jaeger.example/trace/{trace_id}"
     assert trace_link(TEMPLATE, "not-an-id") is None
     assert trace_link(None, trace_id) is None
+
+
+def test_a_traceparent_takes_one_read_of_the_systems_randomness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One system call per trial for both ids (the rollout thread's system calls are its cost)."""
+    reads: list[int] = []
+    real = os.urandom
+
+    def urandom(size: int) -> bytes:
+        reads.append(size)
+        return real(size)
+
+    monkeypatch.setattr(os, "urandom", urandom)
+    header, trace_id = new_traceparent()
+    assert reads == [24]
+    assert TRACEPARENT.fullmatch(header) is not None
+    assert header.split("-")[1] == trace_id
 
 
 @pytest.mark.parametrize(
