@@ -1,5 +1,5 @@
 """The reviewer's view against a real Gym (the scripted policy standing in for the model): a baseline run and a
-changed-policy run (another --gym-policy-answer is the "changed model") give a report whose Changes section shows
+changed-policy run (the shared Gym's policy set to another answer is the "changed model") give a report whose Changes section shows
 both answers of every flipped task (read in Chromium), the terminal's top flips and a Markdown comment naming them;
 a tool-calling environment answered without a tool call fails with the model's answer text, and its Changes show
 the baseline's trajectory; known failures against the shared Gym."""
@@ -19,7 +19,7 @@ from pytest_gym.core.jsonl import read_jsonl
 from tests.gym.test_trajectories import TOOL_SCRIPT, tool_call_args, tool_call_example
 from tests.helpers.browser import console_errors, page_data, screenshot
 from tests.helpers.paths import EXAMPLE_ANSWERS
-from tests.helpers.realgym import RealGym, attach, start_mode
+from tests.helpers.realgym import RealGym, attach
 
 
 def hashes(dataset: Path) -> list[str]:
@@ -30,15 +30,19 @@ def hashes(dataset: Path) -> list[str]:
 def test_a_changed_policy_shows_every_flip_with_both_answers(
     pytester: pytest.Pytester,
     example: Path,
-    gym_cli: str,
+    gym: RealGym,
     browser: Any,
 ) -> None:
+    """The shared Gym (its policy answering \\boxed{E}) gives the baseline; the policy changed to answer
+    \\boxed{B} is the "changed model" of the pull request."""
     assert EXAMPLE_ANSWERS == ["B", "C", "I", "E", "E"]
     tasks = hashes(example)
-    base = pytester.runpytest_subprocess(*start_mode(gym_cli, "--gym-repeats", "2", "--gym-run-dir", "base"))
+    base = pytester.runpytest_subprocess(*attach(gym, "--gym-repeats", "2", "--gym-run-dir", "base"))
     base.assert_outcomes(passed=4, failed=6)  # \boxed{E}: rows 4 and 5 pass
-    changed = ("--gym-policy-answer", "\\boxed{B}", "--gym-baseline-run", "base")
-    result = pytester.runpytest_subprocess(*start_mode(gym_cli, "--gym-repeats", "2", "--gym-run-dir", "pr"), *changed)
+    gym.script(answer="\\boxed{B}")
+    result = pytester.runpytest_subprocess(
+        *attach(gym, "--gym-repeats", "2", "--gym-run-dir", "pr", "--gym-baseline-run", "base")
+    )
     result.assert_outcomes(passed=2, failed=8)  # \boxed{B}: row 1 passes
     # The terminal: the top flips, each with both final answers.
     result.stdout.fnmatch_lines(
