@@ -2,7 +2,7 @@
 # Install everything (plugin, test tools, NeMo Gym) and run lint, types and the whole test
 # suite, the Gym tests included, inside a loopback-only network namespace.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
-#        bash scripts/test.sh --pythons   the tests that need no Gym, simulations aside, on the oldest supported setup
+#        bash scripts/test.sh --pythons   the tests that need no Gym, on the oldest supported setup
 #                                         (Python 3.10, pytest 8.0: tox.ini's pytest-min), in a venv made here
 # The main run uses .venvs/dev: Python 3.13 and the newest pytest (the newest supported setup), 2 test
 # processes (TEST_WORKERS=N to change; -p no:xdist or -n 0 after the command for one).
@@ -26,8 +26,9 @@ for arg in "$@"; do
 done
 
 # run_on NAME VERSION PIP-REQUIREMENTS...: a venv .venvs/NAME with the plugin (editable), its test tools and
-# the given pins, then the tests that need no Gym and simulate nothing: tests/unit (every module on that Python) and
-# tests/session (the plugin driven through that pytest, where pytest versions differ; most of the time).
+# the given pins, then the tests that need no Gym: tests/unit (every module on that Python) and tests/session (the
+# plugin driven through that pytest, where pytest versions differ; most of the time), without what is the same
+# under any pytest and Python (markers simulation, runtime, browser; pyproject.toml says why for each).
 # tests/gym runs on the main setup only: Gym itself runs on its own Python 3.13 whatever runs pytest.
 run_on() {
   local name=$1 version=$2 python venv=.venvs/$1 uv
@@ -35,10 +36,11 @@ run_on() {
   python=$(bash scripts/find-python.sh "$version")
   uv=$(bash scripts/ensure-uv.sh)
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  "$uv" pip install -q --python "$venv/bin/python" --upgrade -e '.[test]' "$@" >&2
+  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" --upgrade -e '.[test]' "$@" >&2
+  "$venv/bin/python" -m compileall -q pytest_gym >&2  # as in setup-dev.sh
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym and not simulation" "${WORKERS[@]}" "${ORDER[@]}"
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym and not simulation and not runtime and not browser" "${WORKERS[@]}" "${ORDER[@]}"
 }
 
 # The main run below is the newest setup (Python 3.13, the newest pytest); this is the oldest one.

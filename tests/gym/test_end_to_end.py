@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gym.core.dataset import task_hash
+from tests.gym.test_trajectories import check_run_folder
 from tests.helpers.junit import outcomes_by_test
 from tests.helpers.paths import EXAMPLE, EXAMPLE_ANSWERS
 from tests.helpers.realgym import RealGym, attach, start_mode
@@ -125,9 +126,12 @@ def test_gym_server_fixture_runs_hand_written_rows(pytester: pytest.Pytester, ex
 
 @pytest.mark.usefixtures("own_ray")
 def test_start_mode_runs_real_gym_and_stops_it(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
+    """Under -n 2, Gym starting its own Ray cluster: everything stopped at the end, and the run folder the two
+    workers wrote together reads as one of Gym's (its trajectories, health-check, export and profile)."""
     args = start_mode(gym_cli, "--gym-shutdown-grace", "20")
     result = pytester.runpytest_subprocess(*args, "-n", "2")
     result.assert_outcomes(passed=2, failed=3)
+    check_run_folder(gym_cli, pytester.path / "run", [example], 5, "mcqa_environment_server", 0)
     state = json.loads((pytester.path / "run" / "deployment.json").read_text())
     assert "started" not in state
     assert state["stopped"][0].startswith("gym: stopped")

@@ -32,7 +32,9 @@ def test_run_your_own_dataset_as_written(tmp_path: Path) -> None:
         (tmp_path / name).symlink_to(ROOT / name)
     script = readme_block("Run your own dataset")
     assert "--gym-dataset mine/mine.jsonl" in script
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # its own Gym, its own Ray: as for users
+    # Its own Gym, its own Ray, as for users: the commands run in a network namespace of their own
+    # (scripts/netns-run), where this test process's Ray cluster (RAY_ADDRESS) cannot be reached.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
         cwd=tmp_path,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gym.core.dataset import task_hash
+from pytest_gym.core.jsonl import read_jsonl
 from tests.helpers.junit import outcomes_by_test
 from tests.helpers.realgym import RealGym
 from tests.helpers.standin import answer_text
@@ -27,26 +28,47 @@ def _start(gym_cli: str, run_dir: str, *args: str) -> tuple[str, ...]:
     )  # fmt: skip
 
 
+#: The model's answer: right for the rows expecting E, and holding text of a credential's shape (issue 20).
+ANSWER = "password='hunter2x' Bearer: none. \\boxed{E}"
+
+
 @pytest.fixture
 def recorded(pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str) -> Path:
-    """A recording of the example (2 repeats) made through the proxy in front of the scripted policy."""
-    result = pytester.runpytest_subprocess(
-        *_start(gym_cli, "rec", "--gym-policy", "record", f"--gym-model-url={gym.policy_url}")
-    )
+    """A recording of the example (2 repeats) made through the proxy in front of the scripted policy, every prompt
+    holding a URL token and "HTTP Basic authentication", every answer ``password='...'`` (issue 20: the end-of-run
+    scrub once masked the cassette as text, so such a prompt replayed as a miss and such an answer was altered)."""
+    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
+    for row in rows:
+        row["responses_create_params"]["input"][0]["content"] += (
+            " See https://docs.example/q?token=abc123def456 and HTTP Basic authentication."
+        )
+    example.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    gym.script(answer=ANSWER, reset_stats=True)
+    try:
+        result = pytester.runpytest_subprocess(
+            *_start(gym_cli, "rec", "--gym-policy", "record", f"--gym-model-url={gym.policy_url}")
+        )
+        calls = gym.policy_calls()
+    finally:
+        gym.reset()
     result.assert_outcomes(passed=4, failed=6)
-    assert gym.policy_calls() == 10
+    assert calls == 10
     lines = (pytester.path / "rec" / "cassette.jsonl").read_text(encoding="utf-8").splitlines()
     assert sum(json.loads(line)["method"] == "POST" for line in lines) == 10  # and Gym's GET /models probe
     return pytester.path / "rec"
+
+
+def answers(run: Path) -> dict[tuple[int, int], str]:
+    return {(r["_ng_task_index"], r["_ng_rollout_index"]): answer_text(r) for r in read_jsonl(run / "rollouts.jsonl")}
 
 
 def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_prompt_errors_that_task(
     pytester: pytest.Pytester, gym: RealGym, gym_cli: str, recorded: Path
 ) -> None:
     """One recording (a Gym start each costs half a minute), replayed twice with the model gone: unchanged
-    under -n 2 (one replay server for the run; compared with the recording run, no answer changed), then with
-    one prompt changed, without xdist."""
-    gym.reset()
+    under -n 2 (one replay server for the run; compared with the recording run, no answer changed: all hits, the
+    same answers, the cassette holding prompts and answers as they were sent), then with one prompt changed,
+    without xdist."""
     result = pytester.runpytest_subprocess(
         *_start(gym_cli, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}", "--gym-baseline-run=rec"),
         "-n",
@@ -62,6 +84,14 @@ def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_p
     log = (pytester.path / "rep" / "recorder.log").read_text(encoding="utf-8")
     assert '"hits": 10' in log
     assert '"misses": 0' in log
+    before, after = answers(recorded), answers(pytester.path / "rep")
+    assert len(before) == 10
+    assert after == before
+    assert len(set(before.values())) == 1  # the records mask the password= value, as for any source
+    cassette = (recorded / "cassette.jsonl").read_text(encoding="utf-8")
+    assert cassette.count("?token=abc123def456") >= 10  # the prompts, stored as sent
+    assert cassette.count("password='hunter2x' Bearer: none.") == 10  # the answers, as the model gave them
+    assert "***" not in cassette
 
     rows = [json.loads(line) for line in (pytester.path / "example.jsonl").read_text().splitlines() if line.strip()]
     rows[1]["responses_create_params"]["input"][0]["content"] += " Think twice."
@@ -75,45 +105,3 @@ def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_p
     changed = task_hash(rows[1])[:12]
     outcome = outcomes_by_test(pytester.path / "changed.xml")
     assert {name for name, kind in outcome.items() if kind == "error"} == {f"{changed}[r0]", f"{changed}[r1]"}
-
-
-def test_prompts_and_answers_that_look_like_credentials_replay_as_hits_with_identical_answers(
-    pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str
-) -> None:
-    """Issue 20: the end-of-run scrub masked the cassette as text, so a prompt holding ``?token=...`` replayed as
-    a miss and a recorded ``password='...'`` answer was altered. Record, let the run end, replay: all hits, the
-    same answers, the cassette holding prompts and answers as they were sent (the run folder's records mask a
-    ``password=`` value as they do for any source)."""
-    rows = [json.loads(line) for line in example.read_text().splitlines() if line.strip()]
-    for row in rows:
-        row["responses_create_params"]["input"][0]["content"] += (
-            " See https://docs.example/q?token=abc123def456 and HTTP Basic authentication."
-        )
-    (pytester.path / "creds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    gym.script(answer="password='hunter2x' Bearer: none. \\boxed{E}", reset_stats=True)
-    try:
-        rec = list(_start(gym_cli, "rec", "--gym-policy", "record", f"--gym-model-url={gym.policy_url}"))
-        rec[rec.index("example.jsonl")] = "creds.jsonl"
-        pytester.runpytest_subprocess(*rec).assert_outcomes(passed=4, failed=6)
-    finally:
-        gym.reset()
-    rep = list(_start(gym_cli, "rep", "--gym-policy", "replay", "--gym-cassette=rec"))
-    rep[rep.index("example.jsonl")] = "creds.jsonl"
-    pytester.runpytest_subprocess(*rep).assert_outcomes(passed=4, failed=6)
-    assert gym.policy_calls() == 0
-    log = (pytester.path / "rep" / "recorder.log").read_text(encoding="utf-8")
-    assert '"hits": 10' in log
-    assert '"misses": 0' in log
-
-    def answers(run: str) -> dict[tuple[int, int], str]:
-        records = [json.loads(line) for line in (pytester.path / run / "rollouts.jsonl").read_text().splitlines()]
-        return {(r["_ng_task_index"], r["_ng_rollout_index"]): answer_text(r) for r in records}
-
-    recorded, replayed = answers("rec"), answers("rep")
-    assert len(recorded) == 10
-    assert replayed == recorded
-    assert len(set(recorded.values())) == 1
-    cassette = (pytester.path / "rec" / "cassette.jsonl").read_text(encoding="utf-8")
-    assert cassette.count("?token=abc123def456") >= 10  # the prompts, stored as sent
-    assert cassette.count("password='hunter2x' Bearer: none.") == 10  # the answers, as the model gave them
-    assert "***" not in cassette

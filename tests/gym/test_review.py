@@ -1,6 +1,7 @@
 """The reviewer's view against a real Gym (the scripted policy standing in for the model): a baseline run and a
-changed-policy run (the shared Gym's policy set to another answer is the "changed model") give a report whose Changes section shows
-both answers of every flipped task (read in Chromium), the terminal's top flips and a Markdown comment naming them;
+changed-policy run (the shared Gym's policy set to another answer is the "changed model") give a report whose
+Changes section shows both answers of every flipped task (read in Chromium), the terminal's top flips and a
+Markdown comment naming them;
 a tool-calling environment answered without a tool call fails with the model's answer text, and its Changes show
 the baseline's trajectory; known failures against the shared Gym."""
 

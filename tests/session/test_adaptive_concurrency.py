@@ -18,6 +18,8 @@ import pytest
 
 from tests.helpers.standin import Answer, Request, StandinGym, reply, serving
 
+pytestmark = pytest.mark.runtime
+
 AGENT = "fake_agent"
 CAPACITY = 4
 

@@ -25,6 +25,8 @@ from pytest_gym.rollout.admission import Budget
 from pytest_gym.rollout.ledger import Spend
 from tests.helpers.standin import Request, StandinGym, serving
 
+pytestmark = pytest.mark.runtime
+
 AGENT = "fake_agent"  # the stand-in Gym's agent
 
 XDIST = [("-p", "no:xdist"), ("-n", "2")]

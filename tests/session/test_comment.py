@@ -19,6 +19,8 @@ from pytest_gym.report.comment import code, markdown
 from tests.helpers.mcqa_standin import mcqa_gym, rows, run, write_dataset
 from tests.helpers.review_apis import serving
 
+pytestmark = pytest.mark.runtime
+
 HASHES = [task_hash(r) for r in rows()]
 TOKEN = "ghp_pytestgymSTANDINtoken0123456789abcdef"
 MARKER = "<!-- pytest-gym-comment -->"

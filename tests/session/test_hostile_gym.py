@@ -21,6 +21,8 @@ import pytest
 from tests.helpers.fake_gym_cli import install
 from tests.helpers.standin import Answer, Request, StandinGym, reply, serving
 
+pytestmark = pytest.mark.runtime
+
 MARKER = "sk-pytestgym-MARKER-7f3a9c"
 OTHER_SECRET = "hunter2-not-in-the-environment"
 OSC52 = "\x1b]52;c;ZXZpbA==\x07"

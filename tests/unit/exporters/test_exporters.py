@@ -437,6 +437,7 @@ def mlflow_client_cls(monkeypatch: pytest.MonkeyPatch) -> Any:
     return MlflowClient
 
 
+@pytest.mark.runtime
 def test_mlflow_end_to_end(run: ExportRun, tmp_path: Path, mlflow_client_cls: Any) -> None:
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     (tmp_path / "store").mkdir()

@@ -400,6 +400,7 @@ def test_cli_writes_the_report(tmp_path: Path) -> None:
     assert build_report(run) == run / "report.html"
 
 
+@pytest.mark.runtime
 def test_ten_thousand_trials_make_a_page_of_a_few_mb_in_seconds(tmp_path: Path) -> None:
     spec = Spec(tasks=2500, repeats=4, error_every=97, tool_calls=True, prompt_chars=600, answer_chars=300)
     run = make_run(tmp_path / "run", [spec], baseline=tmp_path / "base.json")
