@@ -349,16 +349,6 @@ class Masker:
         if any(hint in lower for hint in _SCHEME_HINTS):
             text = _BEARER.sub(self._bearer, text)
         return text
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, self._mask(secret))
-        for word in self._cut:
-            text = self._fragments(text, word)
-        if "://" in text:
-            text = _URL_USERINFO.sub(self._userinfo, text)
-        if any(hint in text.lower() for hint in _SCHEME_HINTS):
-            text = _BEARER.sub(self._bearer, text)
-        return text
 
     def _fragments(self, text: str, secret: str) -> str:
         """``text`` with each cut-short copy of ``secret`` masked: 8 of its first characters or more, ending
