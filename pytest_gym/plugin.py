@@ -7,8 +7,6 @@ shows the plugin in use; then one ``GymSession`` (``pytest_gym.session``) holds 
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,10 +22,6 @@ if TYPE_CHECKING:
     from pytest_gym.core.outcome import TrialOutcome
     from pytest_gym.runner.server import GymServer
     from pytest_gym.session import GymSession
-
-
-#: Set when this session froze the heap after collection (``pytest_collection_finish``).
-_FROZEN = pytest.StashKey[bool]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -86,26 +80,6 @@ def pytest_configure(config: pytest.Config) -> None:
         install(config).add_dataset_args()  # workers too: xdist gives them the invocation args
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_collection_finish(session: pytest.Session) -> Generator[None, None, None]:
-    """Once trials are collected, the heap so far lives until the end of the session: freeze it.
-
-    What exists now (modules, pytest's nodes, the trials' specs, the run's state) lives until the session
-    ends, so a full garbage collection during the run traverses all of it and frees none of it: with a
-    thousand trials or more, a few full collections cost about as much as pytest-gym's own work. Frozen
-    (``gc.freeze``, CPython's permanent generation for long-lived objects), collections traverse only what the
-    run creates afterwards. ``pytest_unconfigure`` thaws it, before pytest's last collections: a cycle of the
-    frozen objects that became garbage meanwhile is freed then, and its finalizers run then. A heap something
-    else froze (an outer session under ``pytester``, an embedding program) is left as it is.
-    """
-    result = yield
-    gym = active_session(session.config)
-    if gym is not None and gym.progress.total and not session.config.option.collectonly and not gc.get_freeze_count():
-        session.config.stash[_FROZEN] = True
-        gc.freeze()
-    return result
-
-
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> GymDatasetFile | None:
     session = active_session(parent.config)
     if session is None:
@@ -150,9 +124,6 @@ def gym_task_run(request: pytest.FixtureRequest) -> TaskRun:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if config.stash.get(_FROZEN, False):
-        del config.stash[_FROZEN]
-        gc.unfreeze()
     session = active_session(config)
     if session is not None:
         session.unconfigure()

@@ -163,11 +163,13 @@ atexit.register(write)  # after pytest's unconfigure
 """
 
 
-def test_the_heap_of_a_run_with_trials_is_frozen_while_they_run_and_thawed_at_the_end(
+def test_the_heap_of_a_run_with_trials_is_never_frozen(
     pytester: pytest.Pytester, gym: StandinGym, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Full garbage collections during the run skip what collection made (it lives until the end anyway);
-    the end of the session gives it back to the collector."""
+    """A frozen heap (``gc.freeze``) saved full collections, but ``gc.get_referrers`` does not see frozen objects:
+    Hypothesis's ``register_random`` (trio registers its generator when Hypothesis loads during a run) then
+    warned in the demo's output that trio's generator could be collected. A plugin leaves the collector as it
+    is."""
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(FREEZE_CONFTEST)
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
@@ -180,23 +182,7 @@ def test_the_heap_of_a_run_with_trials_is_frozen_while_they_run_and_thawed_at_th
         "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", timeout=300,
     )  # fmt: skip
     result.assert_outcomes(passed=4)
-    seen = json.loads(out.read_text())
-    assert len(seen["during"]) == 4
-    assert all(count > 1000 for count in seen["during"]), seen["during"]
-    assert seen["after"] == 0
-
-
-def test_a_session_without_trials_leaves_the_heap_alone(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytester.makeini("[pytest]\n")
-    pytester.makeconftest(FREEZE_CONFTEST)
-    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    out = pytester.path / "freeze.json"
-    monkeypatch.setenv("FREEZE_OUT", str(out))
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", timeout=300)
-    result.assert_outcomes(passed=1)
-    assert json.loads(out.read_text()) == {"during": [0], "after": 0}
+    assert json.loads(out.read_text()) == {"during": [0, 0, 0, 0], "after": 0}
 
 
 COUNT_CONFTEST = """
