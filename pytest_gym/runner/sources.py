@@ -78,11 +78,13 @@ class Fresh:
         self._check_deadline(spec)
         self.open_gym()
         # Without --gym-max-errors nothing is counted: the shared count is a file (a stat per trial).
-        if self.budget.limit(self.total) is not None and self.budget.exceeded(self.errors.count(), self.total):
+        limit = self.budget.limit(self.total)
+        errors = self.errors.count() if limit is not None else 0
+        if limit is not None and errors > limit:
             self.run.stop_dispatch()
             raise NotRun(
-                f"not run: {self.errors.count()} trials errored, more than --gym-max-errors allows "
-                f"({self.budget.limit(self.total)} of {self.total}); fix the cause (see the first errors) and rerun"
+                f"not run: {errors} trials errored, more than --gym-max-errors allows "
+                f"({limit} of {self.total}); fix the cause (see the first errors) and rerun"
             )
         assert self.run.dispatcher is not None
         try:
