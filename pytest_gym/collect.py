@@ -119,24 +119,6 @@ def check_reward(
         item.add_marker(pytest.mark.xfail(reason=reason, strict=strict_known))
 
 
-def own_failure_traceback(excinfo: pytest.ExceptionInfo[BaseException]) -> Any | None:
-    """The traceback a trial item's report needs for a failure pytest-gym raised (``pytest.fail(...,
-    pytrace=False)`` in this package), or None for any other: let pytest filter it.
-
-    pytest shows such a failure as its message alone (style "value"), and of the filtered traceback it uses
-    only whether it is empty: it is not, since the frame in this package that called ``pytest.fail`` is never
-    hidden. Filtering it costs a path and a ``stat`` per frame (about 20 per trial failure); the report is
-    the same without.
-    """
-    value = excinfo.value
-    if not isinstance(value, pytest.fail.Exception) or value.pytrace:
-        return None
-    traceback = excinfo.traceback
-    if not any(entry.frame.code.raw.co_filename.startswith(_PACKAGE_DIR) for entry in traceback[-2:]):
-        return None
-    return traceback[-1:]
-
-
 def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
     """Judge one trial's reward (the rollout already ran in setup)."""
     spec: TrialSpec = request.node.spec
@@ -159,7 +141,30 @@ def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None
     )
 
 
-class GymTrial(pytest.Function):
+class _GymItem(pytest.Function):
+    """What trial and task items share: how a failure pytest-gym raised on them is shown."""
+
+    def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
+        """For a failure pytest-gym raised (``pytest.fail(..., pytrace=False)`` in this package), the last entry
+        alone; pytest's filtering for any other.
+
+        pytest shows such a failure as its message alone (style "value"), and of the filtered traceback it uses
+        only whether it is empty: it is not, since the frame in this package that called ``pytest.fail`` is never
+        hidden. Filtering it costs a path and a ``stat`` per frame (about 20 per trial failure); the report is
+        the same without.
+        """
+        value = excinfo.value
+        traceback = excinfo.traceback
+        if (
+            isinstance(value, pytest.fail.Exception)
+            and not value.pytrace
+            and any(entry.frame.code.raw.co_filename.startswith(_PACKAGE_DIR) for entry in traceback[-2:])
+        ):
+            return traceback[-1:]
+        return super()._traceback_filter(excinfo)
+
+
+class GymTrial(_GymItem):
     """One repeat of one task. ``spec`` carries the task, its hash, line and repeat index."""
 
     spec: TrialSpec
@@ -177,10 +182,6 @@ class GymTrial(pytest.Function):
         if structured is not None and getattr(structured, "params", "") is None and hasattr(structured, "parse"):
             self._id = type(structured).parse(str(structured))
 
-    def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
-        own = own_failure_traceback(excinfo)
-        return own if own is not None else super()._traceback_filter(excinfo)
-
     def reportinfo(self) -> tuple[Path, int, str]:
         # The failure header is the node id as a path from the current folder: pasted after pytest, it runs this
         # trial again. "./" keeps it from being a suffix of the node id, which pytest -v would respell (. -> ::).
@@ -197,15 +198,11 @@ class GymTrial(pytest.Function):
         return found
 
 
-class GymTask(pytest.Function):
+class GymTask(_GymItem):
     """--gym-verdict task: one task, all its repeats (``specs``), judged together by ``--gym-task-pass``."""
 
     specs: list[TrialSpec]
     rule: str = "all"
-
-    def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
-        own = own_failure_traceback(excinfo)
-        return own if own is not None else super()._traceback_filter(excinfo)
 
     def reportinfo(self) -> tuple[Path, int, str]:
         task = self.specs[0].task
