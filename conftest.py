@@ -91,10 +91,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     worker busy for a minute while the other waits (CI's last minute ran at 1-14% CPU before). Every worker
     computes the same order from the same shuffled list, as xdist requires."""
     workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    slow = [item for item in items if item.get_closest_marker("gym") is not None]
-    if workers < 2 or not slow or len(slow) == len(items):
+    if workers < 2:
         return
-    fast = [item for item in items if item.get_closest_marker("gym") is None]
+    slow: list[pytest.Item] = []
+    fast: list[pytest.Item] = []
+    for item in items:
+        (slow if item.get_closest_marker("gym") is not None else fast).append(item)
+    if not slow or not fast:
+        return
     ordered: list[pytest.Item] = []
     for i in range(workers):
         ordered += slow[i::workers]

@@ -44,14 +44,19 @@ def gym() -> Iterator[StandinGym]:
         yield server
 
 
+def write_rows(pytester: pytest.Pytester, count: int) -> None:
+    """``data.jsonl``: ``count`` distinct one-question rows."""
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(count)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
 @pytest.mark.parametrize("xdist", [("-p", "no:xdist"), ("-n", "2")])
 def test_the_plan_is_made_a_bounded_number_of_times_per_process(
     pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
 ) -> None:
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(COUNTING_CONFTEST)
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(40)]
-    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(pytester, 40)
     result = pytester.runpytest_subprocess(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", "2",
         "-p", "no:cacheprovider", "-p", "no:randomly", *xdist, timeout=300,
@@ -71,8 +76,7 @@ def test_a_gym_that_cannot_be_reached_makes_no_plan_per_trial(
     with the cached reason at once, without walking the plan again."""
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(COUNTING_CONFTEST)
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(40)]
-    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(pytester, 40)
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: nothing answers there
@@ -128,8 +132,7 @@ def test_a_trial_failure_reads_as_pytest_would_show_it_without_filtering_its_tra
     the one pytest makes, without pytest's per-frame filtering of the traceback (a path and a stat per frame)."""
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(REPR_CONFTEST)
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(4)]
-    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(pytester, 4)
     gym.rewards = lambda body: 0.0  # every trial fails ...
     gym.faults = [Answer(status=500, body=b"boom")]  # ... but the first rollout, an error in setup
     result = pytester.runpytest_subprocess(
@@ -173,8 +176,7 @@ def test_the_heap_of_a_run_with_trials_is_never_frozen(
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(FREEZE_CONFTEST)
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(3)]
-    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(pytester, 3)
     out = pytester.path / "freeze.json"
     monkeypatch.setenv("FREEZE_OUT", str(out))
     result = pytester.runpytest_subprocess(
@@ -211,8 +213,7 @@ def test_the_shared_error_count_is_read_per_trial_only_under_an_error_budget(
     """The run's error count is a file shared by the xdist workers: without --gym-max-errors it is not read."""
     pytester.makeini("[pytest]\n")
     pytester.makeconftest(COUNT_CONFTEST)
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(4)]
-    (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_rows(pytester, 4)
     result = pytester.runpytest_subprocess(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", *budget,
         "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", timeout=300,
