@@ -185,7 +185,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.usefixtures("own_ray")
 def test_sigterm_stops_gym_keeps_finished_trials_and_prints_the_summary(
     pytester: pytest.Pytester, gym_cli: str
 ) -> None:
@@ -205,7 +204,6 @@ def test_sigterm_stops_gym_keeps_finished_trials_and_prints_the_summary(
     _assert_stopped(run)
 
 
-@pytest.mark.usefixtures("own_ray")
 def test_a_gym_server_killed_mid_run_fails_the_rest_within_seconds(pytester: pytest.Pytester, gym_cli: str) -> None:
     proc = _start_mode(pytester, gym_cli, "--gym-trial-timeout", "60", "-v")
     run = pytester.path / "run"
@@ -238,7 +236,6 @@ def test_a_gym_server_killed_mid_run_fails_the_rest_within_seconds(pytester: pyt
     _assert_stopped(run)
 
 
-@pytest.mark.usefixtures("own_ray")
 def test_policy_stopped_mid_run_under_xdist_fails_the_rest_naming_it(pytester: pytest.Pytester, gym_cli: str) -> None:
     proc = _start_mode(pytester, gym_cli, "--gym-trial-timeout", "60", "-n", "2")
     run = pytester.path / "run"
