@@ -100,10 +100,11 @@ def check_run_folder(
 
 
 def test_an_mcqa_run_folder_reads_as_gyms_own(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
-    """Without xdist; tests/gym/test_end_to_end.py's start-mode test checks the folder of a run under -n 2."""
+    """Without xdist; tests/gym/test_end_to_end.py's start-mode test checks the folder of a run under -n 2. Gym's
+    export and profile read mcqa folders in the two-datasets test below."""
     result = pytester.runpytest_subprocess(*start_mode(gym_cli, "--gym-repeats", "2"), "-p", "no:randomly")
     result.assert_outcomes(passed=4, failed=6)
-    check_run_folder(gym_cli, pytester.path / "run", [example], 10, "mcqa_environment_server", 0)
+    check_run_folder(gym_cli, pytester.path / "run", [example], 10, "mcqa_environment_server", 0, tools=False)
 
 
 def test_two_datasets_in_one_run_keep_their_trajectories_apart(
@@ -169,8 +170,10 @@ def test_a_tool_calling_run_folder_and_its_failure_messages(
     pytester.makeini("[pytest]\n")
     dataset = tool_call_example(gym_cli, pytester.path)
     monkeypatch.setenv("PYTEST_GYM_POLICY_SCRIPT", json.dumps(TOOL_SCRIPT))
-    # Every trial calls get_weather (reward 1.0); min_reward 2 fails them all, to read their messages.
-    result = pytester.runpytest_subprocess(*tool_call_args(gym_cli, "--gym-run-dir", "run", "--gym-min-reward", "2"))
+    # Every trial calls get_weather (reward 1.0); min_reward 2 fails them all, to read their messages. Under
+    # xdist: the run folder of a tool-calling run whose records come from two processes.
+    args = tool_call_args(gym_cli, "--gym-run-dir", "run", "--gym-min-reward", "2", "-n", "2")
+    result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(failed=5)
     run = pytester.path / "run"
     result.stdout.fnmatch_lines(
@@ -184,8 +187,3 @@ def test_a_tool_calling_run_folder_and_its_failure_messages(
         ]
     )
     check_run_folder(gym_cli, run, [dataset], 5, "example_single_tool_call_environment_server", 1)
-
-    again = pytester.runpytest_subprocess(*tool_call_args(gym_cli, "--gym-run-dir", "run2", "-n", "2"))
-    again.assert_outcomes(passed=5)
-    server = "example_single_tool_call_environment_server"
-    check_run_folder(gym_cli, pytester.path / "run2", [dataset], 5, server, 1, tools=False)
