@@ -244,8 +244,7 @@ class GymSession:
         if self.progress.total and not self.config.option.collectonly:
             self._step("recording the task ranges", self.suites.record_task_ranges)
             if self.owner:
-                self.run.start_trajectories()
-                self.run.start_health_check()
+                self.run.start_gym_steps()
 
     # -- re-scoring an earlier run -------------------------------------------------------------------
 

@@ -8,10 +8,10 @@ and stamps the environment server's name and type. ``gym eval health-check`` and
 --format atif`` read exactly these fields.
 
 pytest-gym never imports ``nemo_gym``: that step runs Gym's own functions in Gym's own interpreter (the
-``python`` beside the ``gym`` CLI), one helper process per run, started early so that its imports
-(seconds) overlap the trials and fed the finished records at the end. The raw records stay in
-``rollouts.jsonl`` as they were written until the finalized file replaces it in one step
-(``write_atomically``): a crash at any point leaves one or the other, whole.
+``python`` beside the ``gym`` CLI), in the run's helper process (``gym.helperproc``, shared with Gym's
+health checks), started early so that its imports (seconds) overlap the trials and fed the finished records at
+the end. The raw records stay in ``rollouts.jsonl`` as they were written until the finalized file replaces it
+in one step (``write_atomically``): a crash at any point leaves one or the other, whole.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
-from pytest_gym.core.masking import Masker, clean_text
+from pytest_gym.core.masking import Masker
 from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.runfolder.layout import CAPTURE_DIR, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.records import (
@@ -41,33 +41,6 @@ from pytest_gym.runfolder.rollouts import encode_record
 #: Keys a finalized record carries; a record that has them is left alone (reused by --gym-resume).
 FINALIZED_KEY = "ng_model_call_capture"
 _TIMEOUT_S = 600.0
-
-#: Runs in Gym's interpreter: Gym's collector steps, in its order, one record per stdin line.
-_HELPER = r"""
-import json, sys
-from pathlib import Path
-from nemo_gym.base_responses_api_model import merge_model_call_capture_into_record
-from nemo_gym.rollout_collection import _attach_ng_perf, _attach_trajectory_record, _has_observation_gap
-
-sys.stdout.write("ready\n")
-sys.stdout.flush()
-capture_dirs = [Path(sys.argv[1])] if sys.argv[1:] and sys.argv[1] else []  # none: Gym observes no model calls
-for line in sys.stdin:
-    if not line.strip():
-        continue
-    item = json.loads(line)
-    row, result = item["row"], item["result"]
-    try:
-        merge_model_call_capture_into_record(
-            result, capture_dirs, include_payloads=not _has_observation_gap(result, "multimodal_history_redacted")
-        )
-        if "ng_model_call_capture" in result or "ng_agent_observations" in result or "ng_trajectory" in result:
-            _attach_trajectory_record(row, result)
-        _attach_ng_perf(result, observability_enabled=bool(capture_dirs), rollout_latency_ms=item.get("latency_ms"))
-    except Exception as exc:
-        sys.stderr.write(f"record {item.get('n')}: {type(exc).__name__}: {exc}\n")
-    sys.stdout.write(json.dumps(result, allow_nan=False) + "\n")
-"""
 
 
 def capture_dir(run_dir: Path) -> Path:
@@ -107,23 +80,17 @@ def gym_python(gym_cli: str) -> Path | None:
 
 
 class Finalizer:
-    """Gym's collector step for a run folder, run by one helper process in Gym's interpreter.
+    """Gym's collector step for a run folder, run by the run's helper process in Gym's interpreter.
 
-    ``start`` launches the helper (it imports Gym meanwhile); ``finalize`` feeds it the run folder's
-    records and replaces ``rollouts.jsonl`` with the finalized records; ``close`` stops it. The helper
-    ends by itself when this process goes away (its stdin closes). ``folder`` None: no model calls were
-    captured for this run (an attached Gym), and the step is Gym's collector's without observability: the
-    agent's trajectory projected, ``model_calls_unavailable`` among its gaps, so Gym's checks on model calls
-    are unobserved rather than "missing captured call".
+    ``finalize`` sends the helper the run folder's records and replaces ``rollouts.jsonl`` with the finalized
+    records. ``folder`` None: no model calls were captured for this run (an attached Gym), and the step is
+    Gym's collector's without observability: the agent's trajectory projected, ``model_calls_unavailable``
+    among its gaps, so Gym's checks on model calls are unobserved rather than "missing captured call".
     """
 
-    def __init__(self, python: Path, folder: Path | None, cwd: Path, env: Mapping[str, str] | None = None) -> None:
-        self.python = python
+    def __init__(self, helper: GymHelper, folder: Path | None) -> None:
+        self.helper = helper
         self.folder = folder
-        self.helper = GymHelper(python, _HELPER, cwd, env, [str(folder) if folder is not None else ""])
-
-    def start(self) -> None:
-        self.helper.start()
 
     def finalize(self, run_dir: Path, servers: Mapping[str, EnvironmentServer]) -> str:
         """Finalize ``run_dir``'s rollouts in place; a one-line account of what was done."""
@@ -131,6 +98,7 @@ class Finalizer:
         records = read_records(path)
         inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
         todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record]
+        captures = str(self.folder) if self.folder is not None else None
         lines = []
         for n in todo:
             record = records[n]
@@ -142,24 +110,22 @@ class Finalizer:
             }
             latency = stamps(record).latency_s
             latency_ms = round(latency * 1000, 3) if latency is not None else None
-            lines.append(json.dumps({"n": n, "row": row, "result": record, "latency_ms": latency_ms}) + "\n")
+            item = {"n": n, "row": row, "result": record, "latency_ms": latency_ms, "captures": captures}
+            if n == todo[-1]:
+                item["last"] = True
+            lines.append(json.dumps(item) + "\n")
+        if not todo:
+            return "0 records finalized"
         started = time.monotonic()
         too_slow = f"Gym's trajectory step took more than {_TIMEOUT_S:g} s; raw records kept"
-        out, err = self.helper.exchange("".join(lines).encode(), _TIMEOUT_S, too_slow)
-        answers = out.decode("utf-8", "replace").splitlines()
-        if answers[:1] == ["ready"]:
-            answers = answers[1:]
+        answers = self.helper.request("".join(lines).encode(), len(todo), _TIMEOUT_S, too_slow)
         if len(answers) != len(todo):
-            detail = clean_text(err.decode("utf-8", "replace").strip()[-600:], 600)
             raise RuntimeError(
-                f"Gym's trajectory step ({self.python}) returned {len(answers)} of {len(todo)} records; raw records "
-                f"kept: {detail or 'no error output'}"
+                f"Gym's trajectory step ({self.helper.python}) returned {len(answers)} of {len(todo)} records; raw "
+                f"records kept: {self.helper.errors() or 'no error output'}"
             )
         for n, answer in zip(todo, answers, strict=True):
             records[n] = json.loads(answer)
         masker = Masker()
         write_atomically(path, b"".join(encode_record(masker, record) for record in records))
         return f"{len(todo)} records finalized in {time.monotonic() - started:.1f} s"
-
-    def close(self) -> None:
-        self.helper.close()

@@ -27,7 +27,8 @@ from pytest_gym.core.masking import MAX_MESSAGE, POLICY_KEY_ENV, Masker, clean_t
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import acquire, read_state, release
-from pytest_gym.gym.trajectories import Finalizer, capture_dir, environment_servers, gym_python
+from pytest_gym.gym.helperproc import GymHelper
+from pytest_gym.gym.trajectories import Finalizer, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.judge.summary import ConcurrencySummary
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
@@ -45,7 +46,6 @@ from pytest_gym.runfolder.runinfo import write_run_info
 from pytest_gym.runner.server import GymServer
 
 if TYPE_CHECKING:
-    from pytest_gym.gym.healthcheck import HealthCheck
     from pytest_gym.gym.rescore import RescoreResult
     from pytest_gym.rollout.admission import Admission
     from pytest_gym.rollout.dispatcher import Dispatcher
@@ -78,9 +78,9 @@ class GymRun:
     error_reported: bool = False
     gym_dead: str | None = None
     notes: list[str] = field(default_factory=list)
-    finalizer: Finalizer | None = None
+    #: The helper process running Gym's steps on the run folder (trajectories, then health checks).
+    gym_helper: GymHelper | None = None
     trajectories_done: bool = False
-    health_helper: HealthCheck | None = None
     _aggregate: concurrent.futures.Future[list[dict[str, Any]] | None] | None = field(
         default=None, init=False, repr=False
     )
@@ -336,33 +336,48 @@ class GymRun:
             os.environ, self.settings.header, keep=(POLICY_KEY_ENV, *self.settings.secret_env)
         )
 
-    def start_health_check(self) -> None:
-        """Owner: start Gym's health-check helper now, so its imports overlap the trials (``--gym-health-check``)."""
-        if not self.owner or self.settings.health_check != "on" or self.health_helper is not None:
-            return
+    def start_gym_steps(self) -> None:
+        """Owner: start the helper for Gym's steps now (``--gym-trajectories``, ``--gym-health-check``: those on),
+        so that Gym's imports overlap the trials."""
+        steps = [
+            step
+            for step, on in (("trajectories", self.settings.trajectories), ("health", self.settings.health_check))
+            if on == "on"
+        ]
+        if self.owner and steps and self.gym_helper is None:
+            self._gym_helper(*steps)
+
+    def _gym_helper(self, *steps: str) -> GymHelper | None:
+        """The run's helper for Gym's steps: the one started early, else one started now for ``steps``; None
+        when Gym's interpreter is not here (the caller says so) or does not start (a note says why)."""
+        if self.gym_helper is not None:
+            return self.gym_helper
         python = gym_python(self.settings.cli)
         if python is None:
-            return  # said at the end, where it matters
-        from pytest_gym.gym.healthcheck import HealthCheck
-
-        self.health_helper = HealthCheck(python, self.run_dir, self._gym_env())
+            return None
+        helper = GymHelper(python, steps, self.run_dir, self._gym_env())
         try:
-            self.health_helper.start()
-        except OSError:
-            self.health_helper = None
+            helper.start()
+        except OSError as exc:
+            self.notes.append(clean_text(f"Gym's interpreter {python} did not start: {exc}"))
+            return None
+        self.gym_helper = helper
+        return helper
+
+    def _close_gym_helper(self) -> None:
+        helper, self.gym_helper = self.gym_helper, None
+        if helper is not None:
+            helper.close()
 
     def health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
         """Owner, at the end: Gym's health checks on the run folder; (verdict and checks by (suite, task hash,
         repeat), why they did not run). Never raises: what went wrong is the second value."""
-        helper, self.health_helper = self.health_helper, None
         rollouts = read_records(self.run_dir / ROLLOUTS_FILE) if (self.run_dir / ROLLOUTS_FILE).is_file() else []
-        if not rollouts:
-            if helper is not None:
-                helper.close()
-            return {}, None
-        if helper is None:
-            python = gym_python(self.settings.cli)
-            if python is None:
+        try:
+            if not rollouts:
+                return {}, None
+            helper = self._gym_helper("health")
+            if helper is None:
                 why = (
                     f"Gym's health checks did not run: Gym's interpreter was not found beside {self.settings.cli!r} "
                     "(--gym-cli; in attach mode, install Gym here or point --gym-cli at it)"
@@ -371,15 +386,13 @@ class GymRun:
                 return {}, why
             from pytest_gym.gym.healthcheck import HealthCheck
 
-            helper = HealthCheck(python, self.run_dir, self._gym_env())
-        try:
-            counts = helper.run(len(rollouts))
+            counts = HealthCheck(helper, self.run_dir).run(len(rollouts))
         except (OSError, RuntimeError) as exc:
             why = clean_text(f"Gym's health checks did not run: {exc}")
             self.notes.append(why)
             return {}, why
         finally:
-            helper.close()
+            self._close_gym_helper()
         health = read_run_health(self.run_dir)
         found = {}
         for record in rollouts:
@@ -390,21 +403,6 @@ class GymRun:
         shown = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("healthy", "unhealthy", "unobserved"))
         self.notes.append(f"Gym's health checks: {sum(counts.values())} rollouts checked, {shown}")
         return found, None
-
-    def start_trajectories(self) -> None:
-        """Owner: start Gym's trajectory step now, so its imports overlap the trials (``--gym-trajectories``)."""
-        if not self.owner or self.settings.trajectories != "on" or self.finalizer is not None:
-            return
-        python = gym_python(self.settings.cli)
-        if python is None:
-            return  # said at the end, where it matters
-        folder = capture_dir(self.run_dir) if self.settings.starts_gym else None  # attached: no captures of ours
-        self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
-        try:
-            self.finalizer.start()
-        except OSError as exc:
-            self.finalizer = None
-            self.notes.append(clean_text(f"trajectories: Gym's interpreter {python} did not start: {exc}"))
 
     def finalize_trajectories(self) -> None:
         """Owner, once, when every rollout is in the run folder: Gym's collector step over its records.
@@ -419,10 +417,10 @@ class GymRun:
                 self._finalize_trajectories()
             except Exception as exc:
                 self.notes.append(clean_text(f"trajectories: {type(exc).__name__}: {exc}"))
-            finally:
-                if self.finalizer is not None:
-                    self.finalizer.close()
-                    self.finalizer = None
+                self._close_gym_helper()  # the health checks, if on, start a helper of their own
+            else:
+                if self.settings.health_check != "on":
+                    self._close_gym_helper()
 
     def _finalize_trajectories(self) -> None:
         if not (self.run_dir / ROLLOUTS_FILE).is_file():
@@ -451,18 +449,15 @@ class GymRun:
             )
         else:
             folder = Path(endpoint.capture_dir)
-        if self.finalizer is None or self.finalizer.folder != folder:
-            if self.finalizer is not None:
-                self.finalizer.close()
-            python = gym_python(self.settings.cli)
-            if python is None:
-                self.notes.append(
-                    f"trajectories: Gym's interpreter was not found beside {self.settings.cli!r} (--gym-cli): "
-                    "records kept as Gym answered"
-                )
-                return
-            self.finalizer = Finalizer(python, folder, self.run_dir, self._gym_env())
-        self.finalizer.finalize(self.run_dir, environment_servers(endpoint))
+        steps = ("trajectories", "health") if self.settings.health_check == "on" else ("trajectories",)
+        helper = self._gym_helper(*steps)
+        if helper is None:
+            self.notes.append(
+                f"trajectories: Gym's interpreter was not found beside {self.settings.cli!r} (--gym-cli): "
+                "records kept as Gym answered"
+            )
+            return
+        Finalizer(helper, folder).finalize(self.run_dir, environment_servers(endpoint))
         if attached:
             self.notes.append(attached)
 
@@ -505,12 +500,7 @@ class GymRun:
     def finish(self) -> None:
         """End of the run: close the dispatcher; the owner stops the deployment."""
         self.close()
-        if self.finalizer is not None:
-            self.finalizer.close()
-            self.finalizer = None
-        if self.health_helper is not None:
-            self.health_helper.close()
-            self.health_helper = None
+        self._close_gym_helper()
         if self.owner:
             self.notes.extend(release(self.settings, self.run_dir))
             ClaimBoard.remove_folder(self.run_dir / BOARD_DIR)

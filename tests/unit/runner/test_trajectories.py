@@ -38,8 +38,8 @@ def test_an_attached_gym_without_gyms_interpreter_here_keeps_the_records_and_say
     (tmp_path / ROLLOUTS_FILE).write_text(raw)
     (tmp_path / ATTACHED_FILE).write_text(json.dumps(endpoint(str(tmp_path / "captures"), False).to_json()))
     run = GymRun(GymSettings(url="http://127.0.0.1:3", cli=str(tmp_path / "no-gym")), tmp_path, owner=True)
-    run.start_trajectories()
-    assert run.finalizer is None
+    run.start_gym_steps()
+    assert run.gym_helper is None
     run.finalize_trajectories()
     assert (tmp_path / ROLLOUTS_FILE).read_text() == raw
     [note] = run.notes
@@ -61,13 +61,13 @@ def test_when_gyms_step_fails_the_raw_records_stay_and_a_note_says_why(tmp_path:
     state = {"endpoint": endpoint(str(run_dir / "model_calls"), True).to_json()}
     (run_dir / STATE_FILE).write_text(json.dumps(state))
     run = GymRun(GymSettings(cli=str(bin_dir / "gym")), run_dir, owner=True)
-    run.start_trajectories()
-    assert run.finalizer is not None
+    run.start_gym_steps()
+    assert run.gym_helper is not None
     run.finalize_trajectories()
     assert (run_dir / ROLLOUTS_FILE).read_text() == raw
     [note] = run.notes
     assert "returned 0 of 1 records; raw records kept" in note
     assert "nemo_gym" in note  # the helper's own error, for the reader
-    assert run.finalizer is None  # stopped
+    assert run.gym_helper is None  # stopped
     run.finalize_trajectories()  # once only
     assert len(run.notes) == 1

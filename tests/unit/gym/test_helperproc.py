@@ -1,0 +1,156 @@
+"""The run's helper for Gym's steps: one process in Gym's interpreter runs the trajectory step, then the health
+checks on the finalized folder. A stand-in ``nemo_gym`` package (Gym's four collector functions and its health
+checks, recording each process that imports it) plays Gym; the real one: tests/gym/test_trajectories.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, ServerInstance
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym.helperproc import GymHelper
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE, STATE_FILE
+from pytest_gym.runner.run import GymRun
+
+FAKE_GYM = {
+    "__init__.py": "import os\nwith open(os.environ['FAKE_GYM_PIDS'], 'a') as fh:\n    fh.write(f'{os.getpid()}\\n')\n",
+    "base_responses_api_model.py": (
+        "import os, time\n"
+        "def merge_model_call_capture_into_record(result, dirs, include_payloads):\n"
+        "    time.sleep(result.get('sleep', 0))\n"
+        "    if result.get('boom'):\n"
+        "        raise ValueError('x' * int(os.environ.get('FAKE_GYM_NOISE', '10')))\n"
+        "    result['ng_model_call_capture'] = {'dirs': [str(d) for d in dirs]}\n"
+    ),
+    "rollout_collection.py": (
+        "def _has_observation_gap(result, name):\n    return False\n"
+        "def _attach_trajectory_record(row, result):\n    result['ng_trajectory'] = {'row': row['_ng_task_index']}\n"
+        "def _attach_ng_perf(result, observability_enabled, rollout_latency_ms):\n"
+        "    result['ng_perf'] = {'observed': observability_enabled}\n"
+    ),
+    "rollout_health.py": (
+        "import json, types\n"
+        "def run_health_checks(path, output_dir, workers):\n"
+        "    records = [json.loads(line) for line in path.read_text().splitlines()]\n"
+        "    healthy = sum('ng_model_call_capture' in r for r in records)  # finalized first\n"
+        "    verdicts = {'healthy': healthy, 'unhealthy': len(records) - healthy, 'unobserved': 0}\n"
+        "    return types.SimpleNamespace(summary={'run': {'verdicts': verdicts}})\n"
+    ),
+}
+
+
+@pytest.fixture
+def gym_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Gym install's bin/ (``gym`` and ``python``) whose interpreter imports the stand-in ``nemo_gym``."""
+    package = tmp_path / "site" / "nemo_gym"
+    package.mkdir(parents=True)
+    for name, text in FAKE_GYM.items():
+        (package / name).write_text(text)
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "gym").write_text("#!/bin/sh\n")
+    (bin_dir / "gym").chmod(0o755)
+    os.symlink(sys.executable, bin_dir / "python")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("FAKE_GYM_PIDS", str(tmp_path / "pids"))
+    return bin_dir / "python"
+
+
+def helper_processes(tmp_path: Path) -> int:
+    path = tmp_path / "pids"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def write_run(run_dir: Path, records: int) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lines = [
+        json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": n, "_ng_rollout_index": 0})
+        for n in range(records)
+    ]
+    (run_dir / ROLLOUTS_FILE).write_text("".join(line + "\n" for line in lines))
+    servers = [
+        ServerInstance("a", AGENT_TYPE, "simple_agent", "http://127.0.0.1:1"),
+        ServerInstance("a_env", ENVIRONMENT_TYPE, "legacy_agent", "http://127.0.0.1:2"),
+    ]
+    endpoint = GymEndpoint(
+        "http://127.0.0.1:3", servers, {"a": "http://127.0.0.1:2/run"}, local_pids=True,
+        capture_dir=str(run_dir / "model_calls"),
+    )  # fmt: skip
+    (run_dir / STATE_FILE).write_text(json.dumps({"endpoint": endpoint.to_json()}))
+
+
+def test_one_process_finalizes_the_trajectories_then_checks_the_finalized_folder(
+    tmp_path: Path, gym_python: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 3)
+    run = GymRun(GymSettings(cli=str(gym_python.parent / "gym")), run_dir, owner=True)
+    run.start_gym_steps()
+    run.finalize_trajectories()
+    records = [json.loads(line) for line in (run_dir / ROLLOUTS_FILE).read_text().splitlines()]
+    assert [r["ng_trajectory"]["row"] for r in records] == [0, 1, 2]
+    assert records[0]["ng_model_call_capture"] == {"dirs": [str(run_dir / "model_calls")]}
+    assert run.gym_helper is not None  # kept for the health checks
+    _, why = run.health_checks()
+    assert why is None
+    assert "Gym's health checks: 3 rollouts checked, 3 healthy, 0 unhealthy, 0 unobserved" in run.notes
+    assert run.gym_helper is None
+    assert helper_processes(tmp_path) == 1
+
+
+def test_with_the_health_checks_off_the_helper_stops_after_the_trajectories(tmp_path: Path, gym_python: Path) -> None:
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 2)
+    run = GymRun(GymSettings(cli=str(gym_python.parent / "gym"), health_check="off"), run_dir, owner=True)
+    run.start_gym_steps()
+    assert run.gym_helper is not None
+    assert run.gym_helper.steps == ("trajectories",)
+    run.finalize_trajectories()
+    assert run.gym_helper is None
+    assert helper_processes(tmp_path) == 1
+
+
+def test_the_health_checks_alone_start_their_helper_when_asked(tmp_path: Path, gym_python: Path) -> None:
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 2)
+    run = GymRun(GymSettings(cli=str(gym_python.parent / "gym"), trajectories="off"), run_dir, owner=True)
+    assert run.health_checks()[1] is None
+    assert "Gym's health checks: 2 rollouts checked, 0 healthy, 2 unhealthy, 0 unobserved" in run.notes
+    assert helper_processes(tmp_path) == 1
+
+
+def test_errors_past_a_pipes_size_neither_block_the_helper_nor_lose_the_answers(
+    tmp_path: Path, gym_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each failing record writes 100 kB to stderr: a pipe nobody reads would stop the helper at the first."""
+    monkeypatch.setenv("FAKE_GYM_NOISE", "100000")
+    helper = GymHelper(gym_python, ["trajectories"], tmp_path, dict(os.environ))
+    try:
+        items = [{"n": n, "row": {"_ng_task_index": n}, "result": {"boom": True}, "last": n == 4} for n in range(5)]
+        data = "".join(json.dumps(item) + "\n" for item in items).encode()
+        answers = helper.request(data, 5, 60, "too slow")
+        assert [json.loads(a)["boom"] for a in answers] == [True] * 5  # kept as sent, as Gym's collector does
+        assert helper.errors().endswith("x" * 100)
+    finally:
+        helper.close()
+
+
+def test_a_helper_that_does_not_answer_in_time_is_stopped(tmp_path: Path, gym_python: Path) -> None:
+    helper = GymHelper(gym_python, ["trajectories"], tmp_path, dict(os.environ))
+    try:
+        item = {"n": 0, "row": {"_ng_task_index": 0}, "result": {"sleep": 30}, "last": True}
+        with pytest.raises(RuntimeError, match="too slow"):
+            helper.request((json.dumps(item) + "\n").encode(), 1, 2, "too slow")
+        assert helper.proc is None
+    finally:
+        helper.close()
+
+
+def test_unknown_steps_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="expected some of trajectories, health"):
+        GymHelper(Path(sys.executable), ["trajectory"], tmp_path)
