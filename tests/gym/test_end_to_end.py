@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gym.core.dataset import task_hash
-from tests.gym.test_trajectories import check_run_folder
+from tests.helpers.gym_tools import check_run_folder
 from tests.helpers.junit import outcomes_by_test
 from tests.helpers.paths import EXAMPLE, EXAMPLE_ANSWERS
 from tests.helpers.realgym import RealGym, attach, start_mode

@@ -17,8 +17,8 @@ import pytest
 
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.jsonl import read_jsonl
-from tests.gym.test_trajectories import TOOL_SCRIPT, tool_call_args, tool_call_example
 from tests.helpers.browser import console_errors, page_data, screenshot
+from tests.helpers.gym_tools import TOOL_SCRIPT, tool_call_args, tool_call_example
 from tests.helpers.paths import EXAMPLE_ANSWERS
 from tests.helpers.realgym import RealGym, attach
 
