@@ -372,6 +372,10 @@ class GymRun:
     def health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
         """Owner, at the end: Gym's health checks on the run folder; (verdict and checks by (suite, task hash,
         repeat), why they did not run). Never raises: what went wrong is the second value."""
+        with self._trajectory_lock:  # the helper answers one request at a time; the trajectory step goes first
+            return self._health_checks()
+
+    def _health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
         rollouts = read_records(self.run_dir / ROLLOUTS_FILE) if (self.run_dir / ROLLOUTS_FILE).is_file() else []
         try:
             if not rollouts:

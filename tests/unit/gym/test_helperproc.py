@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +25,8 @@ FAKE_GYM = {
     "base_responses_api_model.py": (
         "import os, time\n"
         "def merge_model_call_capture_into_record(result, dirs, include_payloads):\n"
+        "    if os.environ.get('FAKE_GYM_STARTED'):\n"
+        "        open(os.environ['FAKE_GYM_STARTED'], 'a').close()\n"
         "    time.sleep(result.get('sleep', 0))\n"
         "    if result.get('boom'):\n"
         "        raise ValueError('x' * int(os.environ.get('FAKE_GYM_NOISE', '10')))\n"
@@ -66,10 +71,10 @@ def helper_processes(tmp_path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def write_run(run_dir: Path, records: int) -> None:
+def write_run(run_dir: Path, records: int, **extra: Any) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     lines = [
-        json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": n, "_ng_rollout_index": 0})
+        json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": n, "_ng_rollout_index": 0, **extra})
         for n in range(records)
     ]
     (run_dir / ROLLOUTS_FILE).write_text("".join(line + "\n" for line in lines))
@@ -100,6 +105,29 @@ def test_one_process_finalizes_the_trajectories_then_checks_the_finalized_folder
     assert why is None
     assert "Gym's health checks: 3 rollouts checked, 3 healthy, 0 unhealthy, 0 unobserved" in run.notes
     assert run.gym_helper is None
+    assert helper_processes(tmp_path) == 1
+
+
+def test_the_health_checks_wait_for_a_trajectory_step_under_way(
+    tmp_path: Path, gym_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The step runs in a thread of its own (Gym's aggregate metrics are asked in the background): the health
+    checks, asked meanwhile, wait for it and check the finalized records."""
+    started = tmp_path / "started"
+    monkeypatch.setenv("FAKE_GYM_STARTED", str(started))
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 3, sleep=0.3)
+    run = GymRun(GymSettings(cli=str(gym_python.parent / "gym")), run_dir, owner=True)
+    run.start_gym_steps()
+    step = threading.Thread(target=run.finalize_trajectories)
+    step.start()
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert started.exists()
+    assert run.health_checks()[1] is None
+    step.join(timeout=30)
+    assert "Gym's health checks: 3 rollouts checked, 3 healthy, 0 unhealthy, 0 unobserved" in run.notes
     assert helper_processes(tmp_path) == 1
 
 
