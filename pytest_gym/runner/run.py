@@ -336,31 +336,31 @@ class GymRun:
             os.environ, self.settings.header, keep=(POLICY_KEY_ENV, *self.settings.secret_env)
         )
 
+    def _steps_on(self) -> list[str]:
+        """Gym's steps this run takes on its folder, in their order (``--gym-trajectories``, ``--gym-health-check``)."""
+        on = (("trajectories", self.settings.trajectories), ("health", self.settings.health_check))
+        return [step for step, setting in on if setting == "on"]
+
     def start_gym_steps(self) -> None:
-        """Owner: start the helper for Gym's steps now (``--gym-trajectories``, ``--gym-health-check``: those on),
-        so that Gym's imports overlap the trials."""
-        steps = [
-            step
-            for step, on in (("trajectories", self.settings.trajectories), ("health", self.settings.health_check))
-            if on == "on"
-        ]
-        if self.owner and steps and self.gym_helper is None:
+        """Owner: start the helper for Gym's steps now, so that Gym's imports overlap the trials."""
+        steps = self._steps_on()
+        if not self.owner or not steps or self.gym_helper is not None:
+            return
+        try:
             self._gym_helper(*steps)
+        except OSError as exc:
+            self.notes.append(clean_text(f"Gym's interpreter did not start: {exc}"))
 
     def _gym_helper(self, *steps: str) -> GymHelper | None:
         """The run's helper for Gym's steps: the one started early, else one started now for ``steps``; None
-        when Gym's interpreter is not here (the caller says so) or does not start (a note says why)."""
+        when Gym's interpreter is not here (the caller says so). OSError when it does not start."""
         if self.gym_helper is not None:
             return self.gym_helper
         python = gym_python(self.settings.cli)
         if python is None:
             return None
         helper = GymHelper(python, steps, self.run_dir, self._gym_env())
-        try:
-            helper.start()
-        except OSError as exc:
-            self.notes.append(clean_text(f"Gym's interpreter {python} did not start: {exc}"))
-            return None
+        helper.start()
         self.gym_helper = helper
         return helper
 
@@ -453,8 +453,7 @@ class GymRun:
             )
         else:
             folder = Path(endpoint.capture_dir)
-        steps = ("trajectories", "health") if self.settings.health_check == "on" else ("trajectories",)
-        helper = self._gym_helper(*steps)
+        helper = self._gym_helper(*self._steps_on())  # the health checks, if on, use it next
         if helper is None:
             self.notes.append(
                 f"trajectories: Gym's interpreter was not found beside {self.settings.cli!r} (--gym-cli): "

@@ -182,3 +182,24 @@ def test_a_helper_that_does_not_answer_in_time_is_stopped(tmp_path: Path, gym_py
 def test_unknown_steps_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="expected some of trajectories, health"):
         GymHelper(Path(sys.executable), ["trajectory"], tmp_path)
+
+
+def test_an_interpreter_that_does_not_start_is_named_as_such_not_as_missing(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "gym").write_text("#!/bin/sh\n")
+    (bin_dir / "gym").chmod(0o755)
+    (bin_dir / "python").write_text("not a program\n")  # there, but not executable
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 1)
+    raw = (run_dir / ROLLOUTS_FILE).read_text()
+    run = GymRun(GymSettings(cli=str(bin_dir / "gym")), run_dir, owner=True)
+    run.start_gym_steps()
+    run.finalize_trajectories()
+    _, why = run.health_checks()
+    assert (run_dir / ROLLOUTS_FILE).read_text() == raw
+    assert run.notes[0].startswith("Gym's interpreter did not start: ")
+    assert run.notes[1].startswith("trajectories: PermissionError")
+    assert why is not None
+    assert why.startswith("Gym's health checks did not run: ")
+    assert not any("not found" in note for note in run.notes), run.notes
