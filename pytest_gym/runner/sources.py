@@ -80,7 +80,7 @@ class Fresh:
         # Without --gym-max-errors nothing is counted: the shared count is a file (a stat per trial).
         limit = self.budget.limit(self.total)
         errors = self.errors.count() if limit is not None else 0
-        if limit is not None and errors > limit:
+        if self.budget.exceeded(errors, self.total):
             self.run.stop_dispatch()
             raise NotRun(
                 f"not run: {errors} trials errored, more than --gym-max-errors allows "
