@@ -4,7 +4,8 @@
 ``merge RUN_DIR... -o MERGED_DIR [--allow-missing]`` joins shard run folders into one Gym-format run folder
 (no verdicts: ``pytest --gym-merge`` judges). ``comment RUN_DIR [--baseline-run DIR] [--post github|gitlab]``
 writes (and posts) the pull-request comment. ``history RUN_DIR... -o PAGE [--json PATH]`` draws the suites
-across runs. Each command is a subparser with its own ``run`` function.
+across runs. ``stop-kept DIR`` stops the Gyms kept by ``--gym-reuse DIR``. Each command is a subparser with
+its own ``run`` function.
 """
 
 from __future__ import annotations
@@ -257,7 +258,30 @@ def parser() -> argparse.ArgumentParser:
     history.add_argument("-o", "--output", metavar="PATH", default="history.html", help="the page (history.html)")
     history.add_argument("--json", metavar="PATH", help="also write the data as JSON")
     history.set_defaults(run=_history)
+    stop_kept = commands.add_parser(
+        "stop-kept",
+        help="stop the Gyms kept in a --gym-reuse folder",
+        description="Stop every Gym kept in DIR (--gym-reuse DIR) that no running pytest holds.",
+    )
+    stop_kept.add_argument("pool", metavar="DIR", help="the --gym-reuse folder")
+    stop_kept.add_argument("--grace", type=float, default=30.0, help="seconds Gym gets after SIGINT (default 30)")
+    stop_kept.set_defaults(run=_stop_kept)
     return main
+
+
+def _stop_kept(args: argparse.Namespace) -> int:
+    from pytest_gym.gym.kept import stop_kept
+
+    pool = Path(args.pool)
+    if not pool.is_dir():
+        print(f"pytest-gym stop-kept: {pool} is not a folder (give the --gym-reuse DIR)", file=sys.stderr)
+        return 2
+    notes = stop_kept(pool, args.grace)
+    for note in notes:
+        print(note)
+    if not notes:
+        print(f"no kept Gym in {pool}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -111,6 +111,14 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec("startup_timeout", "seconds to wait for Gym to be ready (default 240)", "float", "S"),
     Spec("shutdown_grace", "seconds Gym gets to stop after SIGINT before SIGTERM/SIGKILL (default 30)", "float", "S"),
+    Spec(
+        "reuse",
+        "keep the Gym this run starts running in folder DIR for later runs with the same start settings, and "
+        "attach to one kept there; it stops when your terminal session or CI job ends "
+        "(now: python -m pytest_gym stop-kept DIR)",
+        metavar="DIR",
+        is_path=True,
+    ),
     Spec("trial_timeout", "seconds one rollout may take (default 600)", "float", "S"),
     Spec(
         "concurrency",

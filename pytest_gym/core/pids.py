@@ -50,3 +50,14 @@ def pid_alive(pid: int, start_time: int | None = None) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of a live process (field 4 of ``/proc/<pid>/stat``); None when unknown."""
+    if pid == os.getpid():
+        return os.getppid()
+    try:
+        fields = _stat_fields(pid)
+        return int(fields[1]) if fields is not None else None
+    except (OSError, IndexError, ValueError):
+        return None

@@ -50,6 +50,7 @@ class GymSettings(BaseModel):
     trajectories: Literal["on", "off"] = "on"
     startup_timeout: float = Field(240.0, gt=0)
     shutdown_grace: float = Field(30.0, ge=0)
+    reuse: str | None = None
     trial_timeout: float = Field(600.0, gt=0)
     concurrency: int = Field(8, ge=1, le=100_000)
     reward_key: str = Field("reward", min_length=1)

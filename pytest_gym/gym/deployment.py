@@ -1,10 +1,8 @@
-"""Start, attach to and stop one Gym deployment, recorded in the run folder for every process of the run.
+"""Start and stop one Gym deployment (with its policy stand-in), and its record in a folder.
 
 The plugin never imports ``nemo_gym``: it runs the ``gym`` CLI in its own
-environment and talks HTTP. One deployment serves the whole run, also under
-xdist: the first process that needs it starts it under a file lock and records
-it in the run folder; the others read the record; the process that owns the
-run (the xdist controller, or the only process) stops it at the end.
+environment and talks HTTP. Which deployment a run uses (attached, started, kept) is
+``pytest_gym.gym.acquire``'s.
 """
 
 from __future__ import annotations
@@ -21,7 +19,6 @@ from typing import Any
 from pytest_gym.core.access import GymAccess, without_header_variables
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError, ServerInstance
-from pytest_gym.core.locks import locked
 from pytest_gym.core.masking import POLICY_KEY_ENV, mask_secrets
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.discovery import discover
@@ -33,7 +30,7 @@ from pytest_gym.process.groups import (
     stop_supervised,
     supervisor_popen,
 )
-from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK, GYM_LOG, STATE_FILE
+from pytest_gym.runfolder.layout import GYM_LOG, STATE_FILE
 from pytest_gym.standins.launch import start_model_recorder, start_policy
 
 #: Starts of Gym when one fails because a port it picked was taken meanwhile (a race, see start_deployment).
@@ -238,50 +235,5 @@ def read_state(run_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _write_state(run_dir: Path, state: dict[str, Any]) -> None:
+def write_state(run_dir: Path, state: dict[str, Any]) -> None:
     write_atomically(run_dir / STATE_FILE, json.dumps(state).encode(), fsync=False)
-
-
-def acquire(
-    settings: GymSettings, run_dir: Path, access: GymAccess | None = None, owner_pid: int | None = None
-) -> GymEndpoint:
-    """The run's deployment: attached, already started by another process, or started now.
-
-    ``owner_pid``: the process whose end ends the run when it is not this one (an xdist worker's controller):
-    what this process starts outlives it until that process is gone.
-
-    A failed start is recorded too, so every process reports the same error and
-    nobody tries again.
-    """
-    if settings.url:
-        endpoint = discover(settings.url, access=access)
-        return endpoint
-    with locked(run_dir / DEPLOYMENT_LOCK):
-        state = read_state(run_dir)
-        if state is not None:
-            if state.get("error"):
-                raise GymError(state["error"])
-            return GymEndpoint.from_json(state["endpoint"])
-        try:
-            endpoint, started = start_deployment(settings, run_dir, owner_pid=owner_pid, access=access)
-        except GymError as exc:
-            _write_state(run_dir, {"error": str(exc)})
-            raise
-        _write_state(run_dir, {"endpoint": endpoint.to_json(), "started": asdict(started)})
-        return endpoint
-
-
-def release(settings: GymSettings, run_dir: Path) -> list[str]:
-    """Stop what this run started (called once, by the process that owns the run)."""
-    if settings.url:
-        return []
-    with locked(run_dir / DEPLOYMENT_LOCK):
-        state = read_state(run_dir)
-        if not state or "started" not in state:
-            return []
-        started = Started(**state["started"])
-        notes = stop_started(started, settings.shutdown_grace)
-        state["stopped"] = notes
-        del state["started"]
-        _write_state(run_dir, state)
-        return notes

@@ -155,6 +155,10 @@ def check_combinations(settings: GymSettings) -> None:
         )
     if settings.merge_allow_missing and not settings.merge:
         raise PlanError("pytest-gym: --gym-merge-allow-missing goes with --gym-merge RUN_DIR")
+    if settings.reuse and settings.url:
+        raise PlanError(
+            "pytest-gym: --gym-reuse keeps a Gym this run starts, and with --gym-url nothing is started; drop one"
+        )
     if settings.rescore_force and not settings.rescore:
         raise PlanError("pytest-gym: --gym-rescore-force goes with --gym-rescore RUN_DIR")
     check_affordable(settings)

@@ -26,7 +26,8 @@ from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import MAX_MESSAGE, POLICY_KEY_ENV, Masker, clean_text
 from pytest_gym.core.outcome import TrialSpec
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import acquire, read_state, release
+from pytest_gym.gym.acquire import acquire, release
+from pytest_gym.gym.deployment import read_state
 from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.gym.trajectories import Finalizer, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome

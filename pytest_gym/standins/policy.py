@@ -443,6 +443,16 @@ class PolicyServer(ThreadingHTTPServer):
         return f"http://{name}:{port}/v1"
 
 
+def start_script(answer: str, model: str | None, latency_ms: float, initial: str | None) -> Script:
+    """What a started policy answers: its arguments, then ``initial`` (``PYTEST_GYM_POLICY_SCRIPT``'s JSON, e.g.
+    ``{"tool_name": "get_weather"}``: a policy that calls a tool from the first trial). A kept policy is given
+    the same again when a run attaches to it (``pytest_gym.gym.kept``)."""
+    script = Script(answer=answer, model=model or Script.model, latency_ms=latency_ms)
+    if initial:
+        script.update(json.loads(initial))
+    return script
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_gym.standins.policy", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -452,10 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=0.0)
     parser.add_argument("--port-file", help="write the bound port here once listening")
     args = parser.parse_args(argv)
-    script = Script(answer=args.answer, model=args.model, latency_ms=args.latency_ms)
-    initial = os.environ.get(SCRIPT_ENV)
-    if initial:  # e.g. {"tool_name": "get_weather"}: a started policy that calls a tool from the first trial
-        script.update(json.loads(initial))
+    script = start_script(args.answer, args.model, args.latency_ms, os.environ.get(SCRIPT_ENV))
     server = PolicyServer(args.host, args.port, script)
     return serve(
         server,

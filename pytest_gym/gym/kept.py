@@ -1,0 +1,257 @@
+"""Gyms kept between runs (``--gym-reuse DIR``): a later run with the same start settings attaches to one.
+
+A Gym start costs about 25 s and as much CPU (its servers' imports); a developer or a CI job running pytest
+again and again with the same settings pays it once. The anchor is pytest-django's ``--reuse-db``; what
+testcontainers' reuse users complained of (kept containers that never stop, one run disturbing another) is
+designed out:
+
+- **Identity**: a kept Gym is found by a fingerprint of everything its start depends on (the start settings,
+  the contents of local config files, the Gym CLI, the values of the variables Gym and the policy read,
+  hashed: no secret is written). Anything else differs: another Gym starts.
+- **One run at a time**: a run holds a kept Gym's lease from its start to its end; a run that finds every slot
+  of its fingerprint leased starts another (up to ``SLOTS``), else one for itself only.
+- **Per-run captures**: Gym writes model-call captures into ``DIR/<entry>/model_calls``, a link switched to the
+  leasing run's own folder, and at the end the run gets the part of Gym's and the policy's logs written
+  while it held the lease. A kept scripted policy is reset to its start script, as if just started.
+- **Bounded lifetime**: kept processes stop when their owner ends, however it ends: the leader of pytest's
+  session (your terminal's shell, the CI job; the pid in ``DIR/owner`` when that file names a live process),
+  or with ``python -m pytest_gym stop-kept DIR``. A kept Gym found dead is cleared and started again.
+
+Not for ``--gym-policy record|replay`` or ``--gym-rescore``: their model stand-in belongs to one run's folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pytest_gym.core.access import GymAccess
+from pytest_gym.core.atomic import write_atomically
+from pytest_gym.core.endpoint import GymEndpoint, GymError
+from pytest_gym.core.locks import locked
+from pytest_gym.core.masking import POLICY_KEY_ENV
+from pytest_gym.core.pids import parent_pid, pid_alive, process_start_time
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym.deployment import Started, read_state, start_deployment, stop_started, write_state
+from pytest_gym.gym.startargs import find_gym_cli
+from pytest_gym.gym.trajectories import capture_dir
+from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, POLICY_LOG, STATE_FILE
+from pytest_gym.standins.policy import SCRIPT_ENV
+
+#: Kept Gyms per fingerprint (runs of the same settings at the same time each get one).
+SLOTS = 4
+#: The file of a pool that names the process its Gyms live as long as (instead of pytest's parent).
+OWNER_FILE = "owner"
+LEASE_FILE = "lease.json"
+#: What a start depends on besides the settings: these variables' values (hashed), where set.
+_START_VARIABLES = (POLICY_KEY_ENV, SCRIPT_ENV)
+_START_PREFIXES = ("NEMO_GYM", "RAY_")
+#: The settings a start depends on (startargs.gym_command, deployment.gym_environment, standins.launch).
+START_SETTINGS = (
+    "config", "resources_server", "model_type", "set", "model_url", "model", "policy", "policy_answer",
+    "policy_latency_ms", "cli", "server_venv", "trajectories", "env", "secret_env", "bind_resources_server",
+    "hydra", "benchmark", "search_dir", "benchmark_data", "agent_type", "header",
+)  # fmt: skip
+
+
+def not_kept_because(settings: GymSettings) -> str | None:
+    """Why this run's Gym cannot be kept (it is then started for this run only, as without --gym-reuse)."""
+    if settings.policy in ("record", "replay"):
+        what = "--gym-rescore" if settings.rescore else f"--gym-policy {settings.policy}"
+        return (
+            f"--gym-reuse: not with {what} (its model stand-in writes to this run's folder): Gym started for this run"
+        )
+    return None
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def fingerprint(settings: GymSettings, environ: dict[str, str] | None = None) -> str:
+    """What a kept Gym must have been started with to serve this run: 16 hex digits."""
+    environ = dict(os.environ) if environ is None else environ
+    data: dict[str, Any] = {name: getattr(settings, name) for name in START_SETTINGS}
+    data["cli"] = str(find_gym_cli(settings.cli))
+    with contextlib.suppress(OSError):
+        data["cli_mtime"] = os.stat(data["cli"]).st_mtime_ns
+    files = {}
+    for path in settings.config:
+        with contextlib.suppress(OSError):
+            files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    data["config_files"] = files
+    names = set(_START_VARIABLES) | set(settings.secret_env)
+    names |= {name for name in environ if name.startswith(_START_PREFIXES)}
+    data["variables"] = {name: _digest(environ[name]) for name in sorted(names) if name in environ}
+    return _digest(json.dumps(data, sort_keys=True, default=str))[:16]
+
+
+def keep_owner(pool: Path, run_owner: int) -> int | None:
+    """The process a kept Gym lives as long as: the pool's owner file's; else the leader of the run owner's
+    session (your terminal's shell, the CI job), whichever wrapper (make, tox, uv run) started pytest; else the
+    run owner's parent. None when none is known (then nothing is kept)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int((pool / OWNER_FILE).read_text(encoding="utf-8").strip())
+        if pid > 1 and pid_alive(pid):
+            return pid
+    with contextlib.suppress(OSError):
+        leader = os.getsid(run_owner)
+        if leader > 1 and leader != run_owner and pid_alive(leader):
+            return leader
+    parent = parent_pid(run_owner)
+    return parent if parent is not None and parent > 1 else None
+
+
+def _lease_holder(entry: Path) -> dict[str, Any] | None:
+    """The live run holding ``entry``'s lease, or None (a lease of a run that is gone is void)."""
+    try:
+        lease = json.loads((entry / LEASE_FILE).read_text(encoding="utf-8"))
+        if pid_alive(int(lease["pid"]), lease.get("start_time")):
+            return dict(lease)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _live_endpoint(state: dict[str, Any] | None, access: GymAccess | None) -> GymEndpoint | None:
+    """The kept Gym recorded in ``state`` when all of it still runs and its head answers; else None."""
+    from pytest_gym.gym.discovery import discover
+
+    if not state or "started" not in state or "endpoint" not in state:
+        return None
+    try:
+        endpoint = GymEndpoint.from_json(state["endpoint"])
+        if endpoint.dead_servers():
+            return None
+        discover(endpoint.head_url, timeout=5.0, access=access)
+    except (GymError, KeyError, TypeError, ValueError):
+        return None
+    return endpoint
+
+
+def _point_captures(entry: Path, run_dir: Path) -> None:
+    """Gym's captures (``entry/model_calls``, a link) go to this run's folder from now on."""
+    target = capture_dir(run_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    link, new = entry / CAPTURE_DIR, entry / f"{CAPTURE_DIR}.new"
+    new.unlink(missing_ok=True)
+    os.symlink(target, new)
+    os.replace(new, link)
+
+
+def _reset_policy(settings: GymSettings, endpoint: GymEndpoint) -> None:
+    """A kept scripted policy answers as a fresh one would: its start script, its counts at zero."""
+    from pytest_gym.rollout.http import FetchError, fetch
+    from pytest_gym.standins.policy import start_script
+
+    if settings.policy != "scripted" or endpoint.policy_url is None:
+        return
+    answer, latency = settings.policy_answer, settings.policy_latency_ms
+    script = start_script(answer, settings.model, latency, os.environ.get(SCRIPT_ENV))
+    body = json.dumps({**asdict(script), "reset_stats": True}).encode()
+    url = endpoint.policy_url.removesuffix("/v1") + "/_script"
+    try:
+        status, _ = fetch("PUT", url, body, timeout=10.0)
+    except FetchError as exc:
+        raise GymError(f"--gym-reuse: the kept scripted policy at {url} did not take its start script: {exc}") from None
+    if status != 200:
+        raise GymError(f"--gym-reuse: the kept scripted policy at {url} refused its start script (HTTP {status})")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def acquire_kept(
+    settings: GymSettings, run_dir: Path, run_owner: int, access: GymAccess | None = None
+) -> tuple[GymEndpoint, dict[str, Any]] | None:
+    """A kept Gym for this run, leased to ``run_owner`` (the process that ends the run): one found alive, or one
+    started now and kept. None when none can be kept or every slot is leased (the caller starts one for the run).
+
+    Returns the endpoint and the record ``release_kept`` needs (kept in the run's deployment state)."""
+    assert settings.reuse is not None
+    pool = Path(settings.reuse)
+    pool.mkdir(parents=True, exist_ok=True)
+    owner = keep_owner(pool, run_owner)
+    if owner is None:
+        return None
+    key = fingerprint(settings)
+    for slot in range(SLOTS):
+        entry = pool / f"{key}-{slot}"
+        with locked(pool / f".{entry.name}.lock"):
+            if _lease_holder(entry) is not None:
+                continue
+            entry.mkdir(exist_ok=True)
+            state = read_state(entry)
+            endpoint = _live_endpoint(state, access)
+            if endpoint is None and state and "started" in state:
+                stop_started(Started(**state["started"]), settings.shutdown_grace)  # what is left of a dead one
+            if endpoint is None:
+                (entry / STATE_FILE).unlink(missing_ok=True)
+                for name in (GYM_LOG, POLICY_LOG):
+                    (entry / name).unlink(missing_ok=True)
+            _point_captures(entry, run_dir)
+            offsets = {name: _size(entry / name) for name in (GYM_LOG, POLICY_LOG)}
+            reused = endpoint is not None
+            if endpoint is None:
+                endpoint, started = start_deployment(settings, entry, owner_pid=owner, access=access)
+                write_state(entry, {"endpoint": endpoint.to_json(), "started": asdict(started), "owner": owner})
+            else:
+                _reset_policy(settings, endpoint)
+            lease = {"pid": run_owner, "start_time": process_start_time(run_owner), "run_dir": str(run_dir)}
+            write_atomically(entry / LEASE_FILE, json.dumps(lease).encode(), fsync=False)
+            return endpoint, {"entry": str(entry), "offsets": offsets, "reused": reused, "owner": owner}
+    return None
+
+
+def release_kept(record: dict[str, Any], run_dir: Path) -> list[str]:
+    """At the run's end: its part of the kept Gym's logs into its folder, the lease freed; what to say."""
+    entry = Path(record["entry"])
+    for name, offset in record.get("offsets", {}).items():
+        source = entry / name
+        if not source.is_file():
+            continue
+        with contextlib.suppress(OSError), source.open("rb") as src, (run_dir / name).open("ab") as dst:
+            if name == GYM_LOG:
+                since = "since this run leased it" if record.get("reused") else "started by this run"
+                dst.write(f"pytest-gym: the kept Gym in {entry} ({since}); its log from then on:\n".encode())
+            src.seek(int(offset))
+            shutil.copyfileobj(src, dst)
+    with locked(entry.parent / f".{entry.name}.lock"):
+        holder = _lease_holder(entry)
+        if holder is None or holder.get("run_dir") == str(run_dir):
+            (entry / LEASE_FILE).unlink(missing_ok=True)
+    how = "attached to" if record.get("reused") else "started and kept"
+    return [
+        f"--gym-reuse: {how} the Gym in {entry}; it stays up for the next run with these settings and stops when "
+        f"process {record.get('owner')} ends (now: python -m pytest_gym stop-kept {entry.parent})"
+    ]
+
+
+def stop_kept(pool: Path, grace: float = 30.0) -> list[str]:
+    """Stop every kept Gym of ``pool`` that no live run holds; what happened to each (for the caller to say)."""
+    notes: list[str] = []
+    if not pool.is_dir():
+        return notes
+    for entry in sorted(p for p in pool.iterdir() if p.is_dir()):
+        with locked(pool / f".{entry.name}.lock"):
+            holder = _lease_holder(entry)
+            if holder is not None:
+                notes.append(f"{entry.name}: in use by process {holder['pid']}; left running")
+                continue
+            state = read_state(entry)
+            if not state or "started" not in state:
+                continue
+            ended = stop_started(Started(**state["started"]), grace)
+            (entry / STATE_FILE).unlink(missing_ok=True)
+            notes.append(f"{entry.name}: " + "; ".join(ended))
+    return notes
