@@ -78,7 +78,10 @@ def fingerprint(settings: GymSettings, environ: dict[str, str] | None = None) ->
     """What a kept Gym must have been started with to serve this run: 16 hex digits."""
     environ = dict(os.environ) if environ is None else environ
     data: dict[str, Any] = {name: getattr(settings, name) for name in START_SETTINGS}
-    data["cli"] = str(find_gym_cli(settings.cli))
+    try:
+        data["cli"] = find_gym_cli(settings.cli)
+    except GymError:  # the start says so, in its words
+        data["cli"] = settings.cli
     with contextlib.suppress(OSError):
         data["cli_mtime"] = os.stat(data["cli"]).st_mtime_ns
     files = {}

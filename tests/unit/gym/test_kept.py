@@ -1,0 +1,235 @@
+"""Gyms kept between runs (``--gym-reuse``): found by fingerprint, leased to one run at a time, captures and logs
+per run, a dead one started again, stopped by ``stop-kept`` or with their owner. A stand-in head and a supervised
+``sleep`` play the started Gym here; the real one: tests/gym/test_reuse.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_gym.core.endpoint import GymEndpoint
+from pytest_gym.core.pids import pid_alive
+from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym import kept
+from pytest_gym.gym.deployment import Started
+from pytest_gym.gym.discovery import discover
+from pytest_gym.gym.kept import acquire_kept, fingerprint, keep_owner, not_kept_because, release_kept, stop_kept
+from pytest_gym.process.groups import group_alive, spawn_supervised
+from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, STATE_FILE
+from tests.helpers.standin import StandinGym, serving
+
+
+class FakeStarts:
+    """``start_deployment`` for these tests: a supervised ``sleep`` as Gym (its owner as given), the stand-in head."""
+
+    def __init__(self, head: StandinGym) -> None:
+        self.head = head
+        self.entries: list[Path] = []
+        self.owners: list[int | None] = []
+
+    def __call__(
+        self, settings: GymSettings, entry: Path, owner_pid: int | None = None, access: Any = None
+    ) -> tuple[GymEndpoint, Started]:
+        self.entries.append(entry)
+        self.owners.append(owner_pid)
+        (entry / GYM_LOG).write_text("gym env start ...\n")
+        gym = spawn_supervised("gym", ["sleep", "600"], entry, entry / GYM_LOG, owner_pid=owner_pid, grace=1)
+        return discover(self.head.base_url), Started(gym_pid=gym.pid, supervised=[asdict(gym)])
+
+
+@pytest.fixture
+def starts(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeStarts]:
+    with serving() as head:
+        fake = FakeStarts(head)
+        monkeypatch.setattr(kept, "start_deployment", fake)
+        yield fake
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[Path]:
+    """A pool owned by this test process; whatever a test leaves kept is stopped at its end."""
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    (folder / kept.OWNER_FILE).write_text(str(os.getpid()))
+    yield folder
+    for entry in folder.iterdir():
+        (entry / kept.LEASE_FILE).unlink(missing_ok=True) if entry.is_dir() else None
+    stop_kept(folder, grace=1)
+
+
+def settings_for(pool: Path, **changes: Any) -> GymSettings:
+    return GymSettings(
+        resources_server="mcqa", policy="none", model_url="http://127.0.0.1:9/v1", reuse=str(pool)
+    ).model_copy(update=changes)
+
+
+def gym_pid(entry: Path) -> int:
+    import json
+
+    return int(json.loads((entry / STATE_FILE).read_text())["started"]["gym_pid"])
+
+
+def test_a_second_run_with_the_same_settings_attaches_and_gets_only_its_part_of_the_log(
+    starts: FakeStarts, pool: Path, tmp_path: Path
+) -> None:
+    first_run, second_run = tmp_path / "run1", tmp_path / "run2"
+    endpoint, record = acquire_kept(settings_for(pool), first_run, os.getpid()) or pytest.fail("nothing kept")
+    assert not record["reused"]
+    assert endpoint.head_url == starts.head.base_url
+    assert starts.owners == [os.getpid()]  # the pool's owner file: the kept Gym lives as long as this process
+    entry = Path(record["entry"])
+    with (entry / GYM_LOG).open("a") as log:
+        log.write("a line of the first run\n")
+    release_kept(record, first_run)
+    with (entry / GYM_LOG).open("a") as log:
+        log.write("between the runs\n")
+    _, again = acquire_kept(settings_for(pool), second_run, os.getpid()) or pytest.fail("nothing kept")
+    with (entry / GYM_LOG).open("a") as log:
+        log.write("a line of the second run\n")
+    notes = release_kept(again, second_run)
+
+    assert again["reused"]
+    assert again["entry"] == record["entry"]
+    assert len(starts.entries) == 1
+    assert pid_alive(gym_pid(entry))  # kept, not stopped at the end of either run
+    first_log, second_log = (first_run / GYM_LOG).read_text(), (second_run / GYM_LOG).read_text()
+    assert "gym env start" in first_log
+    assert "a line of the first run" in first_log
+    assert "gym env start" not in second_log
+    assert "a line of the first run" not in second_log
+    assert "between the runs" not in second_log
+    assert "a line of the second run" in second_log
+    assert f"stops when process {os.getpid()} ends" in notes[0]
+    assert "stop-kept" in notes[0]
+
+
+def test_gyms_captures_go_to_the_folder_of_the_run_holding_the_lease(
+    starts: FakeStarts, pool: Path, tmp_path: Path
+) -> None:
+    for run in ("run1", "run2"):
+        _, record = acquire_kept(settings_for(pool), tmp_path / run, os.getpid()) or pytest.fail("nothing kept")
+        link = Path(record["entry"]) / CAPTURE_DIR
+        assert link.resolve() == (tmp_path / run / CAPTURE_DIR).resolve()
+        assert link.resolve().is_dir()
+        release_kept(record, tmp_path / run)
+
+
+def test_a_leased_gym_is_not_shared_another_slot_starts_and_then_none_is_kept(
+    starts: FakeStarts, pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kept, "SLOTS", 2)
+    held = [acquire_kept(settings_for(pool), tmp_path / f"run{i}", os.getpid()) for i in range(3)]
+    assert [h is not None for h in held] == [True, True, False]
+    assert len({h[1]["entry"] for h in held if h is not None}) == 2
+    assert len(starts.entries) == 2
+
+
+def test_a_lease_of_a_run_that_is_gone_is_void(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", gone.pid) or pytest.fail("nothing kept")
+    # never released: the run was killed
+    _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid()) or pytest.fail("nothing kept")
+    assert again["entry"] == record["entry"]
+    assert again["reused"]
+
+
+def test_a_kept_gym_found_dead_is_started_again(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    release_kept(record, tmp_path / "run1")
+    entry = Path(record["entry"])
+    first = gym_pid(entry)
+    stop_kept(pool, grace=1)
+    assert not group_alive(first)
+    _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid()) or pytest.fail("nothing kept")
+    assert not again["reused"]
+    assert len(starts.entries) == 2
+    assert gym_pid(entry) != first
+
+
+def test_stop_kept_leaves_a_gym_a_live_run_holds(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
+    _, free = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    release_kept(free, tmp_path / "run1")
+    _, held = acquire_kept(settings_for(pool, policy_answer="other"), tmp_path / "run2", os.getpid()) or pytest.fail(
+        "nothing kept"
+    )
+    free_pid, held_pid = gym_pid(Path(free["entry"])), gym_pid(Path(held["entry"]))
+    notes = stop_kept(pool, grace=1)
+    assert not group_alive(free_pid)
+    assert group_alive(held_pid)
+    assert any("in use by process" in note for note in notes)
+    assert any("gym: stopped" in note for note in notes)
+
+
+def test_a_kept_gym_stops_when_its_owner_ends(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
+    owner = subprocess.Popen(["sleep", "600"])
+    try:
+        (pool / kept.OWNER_FILE).write_text(str(owner.pid))
+        _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+        release_kept(record, tmp_path / "run1")
+        pid = gym_pid(Path(record["entry"]))
+        assert group_alive(pid)
+    finally:
+        owner.kill()
+        owner.wait()
+    deadline = time.monotonic() + 30
+    while group_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(pid)
+
+
+def test_the_owner_is_the_pool_files_else_the_session_leader(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / kept.OWNER_FILE).write_text(str(gone.pid))
+    child = subprocess.Popen(["sleep", "60"], start_new_session=False)
+    try:
+        assert keep_owner(tmp_path, child.pid) == os.getsid(0)  # a dead owner in the file counts for nothing
+        (tmp_path / kept.OWNER_FILE).write_text(str(os.getpid()))
+        assert keep_owner(tmp_path, child.pid) == os.getpid()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_fingerprint_follows_what_the_start_depends_on_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "env.yaml"
+    config.write_text("a: 1\n")
+    base = GymSettings(resources_server="mcqa", policy="scripted", config=(str(config),), reuse=str(tmp_path))
+    environ = {"GYM_POLICY_API_KEY": "sk-one", "PYTEST_GYM_POLICY_SCRIPT": '{"seed": 1}', "HOME": "/root"}
+    key = fingerprint(base, environ)
+    same = [
+        base.model_copy(update={"dataset": ("other.jsonl",), "repeats": 9, "gate": ("mean_reward>=1",)}),
+        base.model_copy(update={"run_dir": "elsewhere", "trial_timeout": 5.0, "concurrency": 3}),
+    ]
+    assert {fingerprint(s, environ) for s in same} == {key}
+    assert fingerprint(base, {**environ, "HOME": "/home/x"}) == key
+    changed = [
+        fingerprint(base.model_copy(update={"policy_answer": "B"}), environ),
+        fingerprint(base.model_copy(update={"set": ("x=1",)}), environ),
+        fingerprint(base.model_copy(update={"resources_server": "other"}), environ),
+        fingerprint(base, {**environ, "GYM_POLICY_API_KEY": "sk-two"}),
+        fingerprint(base, {**environ, "PYTEST_GYM_POLICY_SCRIPT": '{"seed": 2}'}),
+    ]
+    config.write_text("a: 2\n")
+    changed.append(fingerprint(base, environ))
+    assert key not in changed
+    assert len(set(changed)) == len(changed)
+    assert "sk-one" not in key
+
+
+def test_record_replay_and_rescore_runs_are_not_kept() -> None:
+    assert not_kept_because(GymSettings(policy="scripted")) is None
+    assert "--gym-policy record" in (not_kept_because(GymSettings(policy="record")) or "")
+    rescore = GymSettings(policy="replay", rescore="earlier")
+    assert "--gym-rescore" in (not_kept_because(rescore) or "")
