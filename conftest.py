@@ -102,7 +102,9 @@ def _inner_pytest_runs(request: pytest.FixtureRequest) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist, each worker's share starts with its part of the real-Gym tests (tens of seconds each) and
-    ends with the short ones, in the order pytest-randomly chose within each kind.
+    ends with the short ones, in the order pytest-randomly chose within each kind. The real-Gym tests go in
+    contiguous shares sorted by file (shuffled within each): a file's tests mostly run in one worker, so the
+    Gyms it keeps (tests/gym/conftest.py's ``kept_pool``) serve its other tests with the same settings.
 
     ``--dist worksteal`` gives worker i the i-th contiguous share of this list and an idle worker steals from
     the end of a busy one's queue: so the last tests of the run are short, not one Gym test that keeps a
@@ -117,8 +119,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (slow if item.get_closest_marker("gym") is not None else fast).append(item)
     if not slow or not fast:
         return
+    slow.sort(key=lambda item: str(item.path))  # stable: pytest-randomly's order within each file
     ordered: list[pytest.Item] = []
     for i in range(workers):
-        ordered += slow[i::workers]
+        ordered += slow[len(slow) * i // workers : len(slow) * (i + 1) // workers]
         ordered += fast[len(fast) * i // workers : len(fast) * (i + 1) // workers]
     items[:] = ordered

@@ -3,6 +3,8 @@
 - One real Gym deployment per test process and configuration: mcqa with the built-in scripted policy (the
   only stand-in: Gym itself is real). Tests attach to it with ``--gym-url`` and steer the policy through
   its ``/_script`` route.
+- One kept Gym per test process and start configuration (``kept_pool``, ``--gym-reuse``) for start-mode tests
+  that are not about starting: the first such run starts it, the next with the same settings attaches.
 - One Ray cluster per test process, which every Gym started here joins (``RAY_ADDRESS``) instead of
   starting its own: Gym's orchestrator starts Ray at every ``gym env start`` but the servers these tests use
   never touch it, and a Ray start is about a third of a Gym start's CPU. Tests about a started Gym's whole
@@ -23,6 +25,7 @@ import pytest
 from pytest_gym.core.pids import pid_alive
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import start_deployment, stop_started
+from pytest_gym.gym.kept import OWNER_FILE, stop_kept
 from pytest_gym.process.groups import log_tail, spawn_supervised, stop_supervised
 from tests.helpers.realgym import RealGym, need_gym
 
@@ -80,6 +83,16 @@ def shared_ray(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             yield address.read_text()
     finally:
         stop_supervised([holder])
+
+
+@pytest.fixture(scope="session")
+def kept_pool(shared_ray: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``--gym-reuse`` folder of this test process: its kept Gyms live as long as it (``owner``), and are stopped
+    at its end, before the Ray cluster they joined."""
+    pool = tmp_path_factory.mktemp("kept")
+    (pool / OWNER_FILE).write_text(str(os.getpid()))
+    yield pool
+    stop_kept(pool, grace=20)
 
 
 @pytest.fixture

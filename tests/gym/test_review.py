@@ -20,7 +20,7 @@ from pytest_gym.core.jsonl import read_jsonl
 from tests.helpers.browser import console_errors, page_data, screenshot
 from tests.helpers.gym_tools import TOOL_SCRIPT, tool_call_args, tool_call_example
 from tests.helpers.paths import EXAMPLE_ANSWERS
-from tests.helpers.realgym import RealGym, attach
+from tests.helpers.realgym import RealGym, attach, reuse
 
 
 def hashes(dataset: Path) -> list[str]:
@@ -97,12 +97,12 @@ def test_a_changed_policy_shows_every_flip_with_both_answers(
 
 
 def test_a_tool_call_failure_without_a_tool_call_shows_the_answer_text(
-    pytester: pytest.Pytester, gym_cli: str, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, gym_cli: str, monkeypatch: pytest.MonkeyPatch, kept_pool: Path
 ) -> None:
     pytester.makeini("[pytest]\n")
     dataset = tool_call_example(gym_cli, pytester.path)
     monkeypatch.setenv("PYTEST_GYM_POLICY_SCRIPT", json.dumps(TOOL_SCRIPT))
-    base = pytester.runpytest_subprocess(*tool_call_args(gym_cli, "--gym-run-dir", "base"))
+    base = pytester.runpytest_subprocess(*tool_call_args(gym_cli, "--gym-run-dir", "base", *reuse(kept_pool)))
     base.assert_outcomes(passed=5)  # every trial called get_weather
     monkeypatch.delenv("PYTEST_GYM_POLICY_SCRIPT")
     result = pytester.runpytest_subprocess(

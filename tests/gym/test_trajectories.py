@@ -14,19 +14,23 @@ import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
 from tests.helpers.gym_tools import TOOL_SCRIPT, check_run_folder, run_gym, tool_call_args, tool_call_example
-from tests.helpers.realgym import start_mode
+from tests.helpers.realgym import reuse, start_mode
 
 
-def test_an_mcqa_run_folder_reads_as_gyms_own(pytester: pytest.Pytester, example: Path, gym_cli: str) -> None:
+def test_an_mcqa_run_folder_reads_as_gyms_own(
+    pytester: pytest.Pytester, example: Path, gym_cli: str, kept_pool: Path
+) -> None:
     """Without xdist; tests/gym/test_end_to_end.py's start-mode test checks the folder of a run under -n 2. Gym's
-    export and profile read mcqa folders in the two-datasets test below."""
-    result = pytester.runpytest_subprocess(*start_mode(gym_cli, "--gym-repeats", "2"), "-p", "no:randomly")
+    export and profile read mcqa folders in the two-datasets test below. The Gym is kept (``kept_pool``)."""
+    result = pytester.runpytest_subprocess(
+        *start_mode(gym_cli, "--gym-repeats", "2", *reuse(kept_pool)), "-p", "no:randomly"
+    )
     result.assert_outcomes(passed=4, failed=6)
     check_run_folder(gym_cli, pytester.path / "run", [example], 10, "mcqa_environment_server", 0, tools=False)
 
 
 def test_two_datasets_in_one_run_keep_their_trajectories_apart(
-    pytester: pytest.Pytester, example: Path, gym_cli: str
+    pytester: pytest.Pytester, example: Path, gym_cli: str, kept_pool: Path
 ) -> None:
     """The same task indices in both (0..4): Gym's default capture key "<task>-<rollout>" would collide, and a
     record paired with its input by the indices would get the other dataset's (an identity-mismatch gap).
@@ -39,7 +43,7 @@ def test_two_datasets_in_one_run_keep_their_trajectories_apart(
         row["responses_create_params"]["input"][0]["content"] += " (second set)"
     other.write_text("".join(json.dumps(row) + "\n" for row in rows))
     result = pytester.runpytest_subprocess(
-        *start_mode(gym_cli, "--gym-dataset", "other.jsonl"), "-p", "no:randomly", "-n", "2"
+        *start_mode(gym_cli, "--gym-dataset", "other.jsonl", *reuse(kept_pool)), "-p", "no:randomly", "-n", "2"
     )
     result.assert_outcomes(passed=4, failed=6)
     run = pytester.path / "run"
@@ -58,14 +62,14 @@ def test_two_datasets_in_one_run_keep_their_trajectories_apart(
 
 
 def test_a_tool_calling_run_folder_and_its_failure_messages(
-    pytester: pytest.Pytester, gym_cli: str, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, gym_cli: str, monkeypatch: pytest.MonkeyPatch, kept_pool: Path
 ) -> None:
     pytester.makeini("[pytest]\n")
     dataset = tool_call_example(gym_cli, pytester.path)
     monkeypatch.setenv("PYTEST_GYM_POLICY_SCRIPT", json.dumps(TOOL_SCRIPT))
     # Every trial calls get_weather (reward 1.0); min_reward 2 fails them all, to read their messages. Under
     # xdist: the run folder of a tool-calling run whose records come from two processes.
-    args = tool_call_args(gym_cli, "--gym-run-dir", "run", "--gym-min-reward", "2", "-n", "2")
+    args = tool_call_args(gym_cli, "--gym-run-dir", "run", "--gym-min-reward", "2", "-n", "2", *reuse(kept_pool))
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(failed=5)
     run = pytester.path / "run"

@@ -74,3 +74,9 @@ def start_mode(gym_cli: str, *args: str, dataset: str = "example.jsonl") -> tupl
         "--gym-policy-answer", "\\boxed{E}", f"--gym-cli={gym_cli}", "--gym-server-venv", "auto",
         "--gym-agent", "mcqa_simple_agent", "--gym-run-dir", "run", *args,
     )  # fmt: skip
+
+
+def reuse(pool: Path) -> tuple[str, ...]:
+    """Arguments that keep the Gym a start-mode run starts in ``pool`` (tests/gym/conftest.py's ``kept_pool``), or
+    attach to the one kept there for the same settings."""
+    return (f"--gym-reuse={pool}",)
