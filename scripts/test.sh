@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything (plugin, test tools, NeMo Gym) and run lint, types and the whole test
+# Install everything (plugin, test tools, NeMo Gym) and run lint, types (beside the tests) and the whole test
 # suite, the Gym tests included, inside a loopback-only network namespace.
 # Usage: bash scripts/test.sh [PYTEST ARGS...]
 #        bash scripts/test.sh --pythons   the tests that need no Gym, on the oldest supported setup
@@ -52,5 +52,15 @@ fi
 GYM_CLI=$(bash scripts/setup-dev.sh | tail -n 1)
 export PYTEST_GYM_CLI="$GYM_CLI"
 .venvs/dev/bin/ruff check pytest_gym tests conftest.py benchmarks
-.venvs/dev/bin/mypy
-exec scripts/netns-run .venvs/dev/bin/pytest -p no:cacheprovider -q -ra --durations=15 "${WORKERS[@]}" "${ORDER[@]}" "$@"
+# Types are checked beside the tests (one process, about 25 s on a fresh clone), their verdict printed after the tests'.
+types=$(mktemp)
+.venvs/dev/bin/mypy >"$types" 2>&1 &
+mypy=$!
+trap 'kill $mypy 2>/dev/null || true; rm -f "$types"' EXIT
+tests=0
+scripts/netns-run .venvs/dev/bin/pytest -p no:cacheprovider -q -ra --durations=15 "${WORKERS[@]}" "${ORDER[@]}" "$@" || tests=$?
+checked=0
+wait "$mypy" || checked=$?
+echo "mypy (pytest_gym, strict): $(cat "$types")"
+[ "$checked" = 0 ] || { echo "the type check failed (status $checked)" >&2; exit 1; }
+exit "$tests"

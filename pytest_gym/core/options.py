@@ -114,11 +114,12 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "reuse",
         "keep the Gym this run starts running in folder DIR for later runs with the same start settings, and "
-        "attach to one kept there; it stops when your terminal session or CI job ends "
-        "(now: python -m pytest_gym stop-kept DIR)",
+        "attach to one kept there; it stops when unused (--gym-reuse-idle), when your terminal session or CI job "
+        "ends, or now: python -m pytest_gym stop-kept DIR",
         metavar="DIR",
         is_path=True,
     ),
+    Spec("reuse_idle", "seconds a kept Gym (--gym-reuse) may stay unused before it stops (default 900)", "float", "S"),
     Spec("trial_timeout", "seconds one rollout may take (default 600)", "float", "S"),
     Spec(
         "concurrency",

@@ -51,6 +51,7 @@ class GymSettings(BaseModel):
     startup_timeout: float = Field(240.0, gt=0)
     shutdown_grace: float = Field(30.0, ge=0)
     reuse: str | None = None
+    reuse_idle: float = Field(900.0, gt=0)
     trial_timeout: float = Field(600.0, gt=0)
     concurrency: int = Field(8, ge=1, le=100_000)
     reward_key: str = Field("reward", min_length=1)

@@ -134,11 +134,16 @@ def wait_ready(
 
 
 def start_deployment(
-    settings: GymSettings, run_dir: Path, owner_pid: int | None = None, access: GymAccess | None = None
+    settings: GymSettings,
+    run_dir: Path,
+    owner_pid: int | None = None,
+    access: GymAccess | None = None,
+    idle: tuple[float, Path] | None = None,
 ) -> tuple[GymEndpoint, Started]:
     """Start the policy (if scripted) and ``gym env start``; stop both again on any failure.
 
-    Both run under supervisors that stop them when this process (or ``owner_pid``) is gone.
+    Both run under supervisors that stop them when this process (or ``owner_pid``) is gone, or once unused for
+    ``idle`` (a kept Gym: seconds, its folder).
     """
     started = Started()
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -153,7 +158,7 @@ def start_deployment(
             )
         policy_url = None
         if settings.policy == "scripted":
-            policy, policy_url = start_policy(settings, run_dir, owner_pid=owner_pid)
+            policy, policy_url = start_policy(settings, run_dir, owner_pid=owner_pid, idle=idle)
             started.policy_pid = policy.pid
             started.supervised.append(asdict(policy))
         elif settings.policy in ("record", "replay"):
@@ -179,8 +184,9 @@ def start_deployment(
                     log.write(note + "\n")
             try:
                 gym = spawn_supervised(
-                    "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=gym_env
-                )
+                    "gym", command, run_dir, log_path, grace=settings.shutdown_grace, owner_pid=owner_pid, env=gym_env,
+                    idle=idle,
+                )  # fmt: skip
             except OSError as exc:
                 raise GymError(f"Gym did not start: {exc}") from None
             started.gym_pid = gym.pid

@@ -13,9 +13,10 @@ designed out:
 - **Per-run captures**: Gym writes model-call captures into ``DIR/<entry>/model_calls``, a link switched to the
   leasing run's own folder, and at the end the run gets the part of Gym's and the policy's logs written
   while it held the lease. A kept scripted policy is reset to its start script, as if just started.
-- **Bounded lifetime**: kept processes stop when their owner ends, however it ends: the leader of pytest's
-  session (your terminal's shell, the CI job; the pid in ``DIR/owner`` when that file names a live process),
-  or with ``python -m pytest_gym stop-kept DIR``. A kept Gym found dead is cleared and started again.
+- **Bounded lifetime**: kept processes stop once unused for ``--gym-reuse-idle`` seconds (their supervisors
+  check, ``pytest_gym.process.keep``), when their owner ends, however it ends: the leader of pytest's session
+  (your terminal's shell, the CI job; the pid in ``DIR/owner`` when that file names a live process), or with
+  ``python -m pytest_gym stop-kept DIR``. A kept Gym found dead is cleared and started again.
 
 Not for ``--gym-policy record|replay`` or ``--gym-rescore``: their model stand-in belongs to one run's folder.
 """
@@ -41,6 +42,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import Started, read_state, start_deployment, stop_started, write_state
 from pytest_gym.gym.startargs import find_gym_cli
 from pytest_gym.gym.trajectories import capture_dir
+from pytest_gym.process.keep import LEASE_FILE, lease_holder, lock_path, mark_used
 from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, POLICY_LOG, STATE_FILE
 from pytest_gym.standins.policy import SCRIPT_ENV
 
@@ -48,7 +50,6 @@ from pytest_gym.standins.policy import SCRIPT_ENV
 SLOTS = 4
 #: The file of a pool that names the process its Gyms live as long as (instead of pytest's parent).
 OWNER_FILE = "owner"
-LEASE_FILE = "lease.json"
 #: What a start depends on besides the settings: these variables' values (hashed), where set.
 _START_VARIABLES = (POLICY_KEY_ENV, SCRIPT_ENV)
 _START_PREFIXES = ("NEMO_GYM", "RAY_")
@@ -109,17 +110,6 @@ def keep_owner(pool: Path, run_owner: int) -> int | None:
             return leader
     parent = parent_pid(run_owner)
     return parent if parent is not None and parent > 1 else None
-
-
-def _lease_holder(entry: Path) -> dict[str, Any] | None:
-    """The live run holding ``entry``'s lease, or None (a lease of a run that is gone is void)."""
-    try:
-        lease = json.loads((entry / LEASE_FILE).read_text(encoding="utf-8"))
-        if pid_alive(int(lease["pid"]), lease.get("start_time")):
-            return dict(lease)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
 
 
 def _live_endpoint(state: dict[str, Any] | None, access: GymAccess | None) -> GymEndpoint | None:
@@ -190,8 +180,8 @@ def acquire_kept(
     key = fingerprint(settings)
     for slot in range(SLOTS):
         entry = pool / f"{key}-{slot}"
-        with locked(pool / f".{entry.name}.lock"):
-            if _lease_holder(entry) is not None:
+        with locked(lock_path(entry)):
+            if lease_holder(entry) is not None:
                 continue
             entry.mkdir(exist_ok=True)
             state = read_state(entry)
@@ -206,13 +196,16 @@ def acquire_kept(
             offsets = {name: _size(entry / name) for name in (GYM_LOG, POLICY_LOG)}
             reused = endpoint is not None
             if endpoint is None:
-                endpoint, started = start_deployment(settings, entry, owner_pid=owner, access=access)
+                idle = (settings.reuse_idle, entry)
+                endpoint, started = start_deployment(settings, entry, owner_pid=owner, access=access, idle=idle)
                 write_state(entry, {"endpoint": endpoint.to_json(), "started": asdict(started), "owner": owner})
             else:
                 _reset_policy(settings, endpoint)
             lease = {"pid": run_owner, "start_time": process_start_time(run_owner), "run_dir": str(run_dir)}
             write_atomically(entry / LEASE_FILE, json.dumps(lease).encode(), fsync=False)
-            return endpoint, {"entry": str(entry), "offsets": offsets, "reused": reused, "owner": owner}
+            mark_used(entry)
+            record = {"entry": str(entry), "offsets": offsets, "reused": reused, "owner": owner}
+            return endpoint, {**record, "idle": settings.reuse_idle}
     return None
 
 
@@ -229,14 +222,16 @@ def release_kept(record: dict[str, Any], run_dir: Path) -> list[str]:
                 dst.write(f"pytest-gym: the kept Gym in {entry} ({since}); its log from then on:\n".encode())
             src.seek(int(offset))
             shutil.copyfileobj(src, dst)
-    with locked(entry.parent / f".{entry.name}.lock"):
-        holder = _lease_holder(entry)
+    with locked(lock_path(entry)):
+        holder = lease_holder(entry)
         if holder is None or holder.get("run_dir") == str(run_dir):
             (entry / LEASE_FILE).unlink(missing_ok=True)
+            mark_used(entry)
     how = "attached to" if record.get("reused") else "started and kept"
     return [
         f"--gym-reuse: {how} the Gym in {entry}; it stays up for the next run with these settings and stops when "
-        f"process {record.get('owner')} ends (now: python -m pytest_gym stop-kept {entry.parent})"
+        f"unused for {record.get('idle', 0):g} s or when process {record.get('owner')} ends "
+        f"(now: python -m pytest_gym stop-kept {entry.parent})"
     ]
 
 
@@ -246,8 +241,8 @@ def stop_kept(pool: Path, grace: float = 30.0) -> list[str]:
     if not pool.is_dir():
         return notes
     for entry in sorted(p for p in pool.iterdir() if p.is_dir()):
-        with locked(pool / f".{entry.name}.lock"):
-            holder = _lease_holder(entry)
+        with locked(lock_path(entry)):
+            holder = lease_holder(entry)
             if holder is not None:
                 notes.append(f"{entry.name}: in use by process {holder['pid']}; left running")
                 continue

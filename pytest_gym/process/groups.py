@@ -190,11 +190,13 @@ def spawn_supervised(
     owner_pid: int | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 20.0,
+    idle: tuple[float, Path] | None = None,
 ) -> Supervised:
     """Start ``args`` under a supervisor that stops its whole group when asked or when pytest is gone.
 
     ``owner_pid`` names the process whose end ends the run when it is not this one (an xdist worker
-    starts Gym, the controller owns the run); without it, this process's end does.
+    starts Gym, the controller owns the run); without it, this process's end does. ``idle`` (seconds, a kept
+    Gym's folder): also stop once it has been unused that long (``pytest_gym.process.keep``).
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     state_file = log_path.parent / f"{name}.supervisor.json"
@@ -212,6 +214,8 @@ def spawn_supervised(
     ]
     if owner_pid is not None:
         command += ["--owner", str(owner_pid)]
+    if idle is not None:
+        command += ["--idle", repr(float(idle[0])), "--idle-entry", str(idle[1])]
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [*command, "--", *args],

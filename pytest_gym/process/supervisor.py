@@ -11,6 +11,8 @@ seconds SIGTERM and SIGKILL, when:
 - pytest is gone, however it ended (SIGKILL included): the pipe reaches EOF, or,
   when the starter is an xdist worker, the run's owner (``--owner``) is gone;
 - the command exits by itself (then only what it left behind is stopped);
+- it has been unused for ``--idle`` seconds (a kept Gym: ``--idle-entry`` is its folder, see
+  ``pytest_gym.process.keep``);
 - the supervisor itself is killed (SIGKILL with its owner, the OOM killer): a reaper process it forked
   (Linux: ``PR_SET_PDEATHSIG``) stops the group the same way, so no child outlives its supervisor.
 
@@ -36,9 +38,12 @@ from pathlib import Path
 
 from pytest_gym.core.pids import pid_alive
 from pytest_gym.process.groups import process_start_time, stop_group
+from pytest_gym.process.keep import claim_if_idle
 
 #: Seconds between checks of the command and the owner (the pipe and signals wake the loop at once).
 POLL_S = 0.25
+#: Seconds between checks whether a kept Gym is unused (``--idle``).
+IDLE_CHECK_S = 1.0
 #: Grace for what the command left behind when it exited by itself.
 LEFTOVER_GRACE_S = 2.0
 
@@ -167,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grace", type=float, default=30.0, help="seconds after it before SIGTERM and SIGKILL")
     parser.add_argument("--state-file", required=True)
     parser.add_argument("--owner", type=int, help="stop when this pid is gone (and not on EOF of stdin)")
+    parser.add_argument("--idle", type=float, help="stop once the kept Gym in --idle-entry is unused this long")
+    parser.add_argument("--idle-entry", help="the kept Gym's folder (its lease and last use)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -207,6 +214,7 @@ def _supervise(
 
     stdin_fd: int | None = sys.stdin.fileno()
     reason = ""
+    idle_check = time.monotonic() + IDLE_CHECK_S
     while not reason:
         code = child.poll()
         if code is not None:
@@ -222,6 +230,11 @@ def _supervise(
         if owner is not None and not owner.alive():
             reason = f"the pytest run (pid {owner.pid}) is gone"
             break
+        if args.idle is not None and args.idle_entry and time.monotonic() >= idle_check:
+            idle_check = time.monotonic() + IDLE_CHECK_S
+            if claim_if_idle(Path(args.idle_entry), args.idle):
+                reason = f"unused for {args.idle:g} s"
+                break
         watched = [wake_r] + ([stdin_fd] if stdin_fd is not None else [])
         with contextlib.suppress(InterruptedError):
             ready, _, _ = select.select(watched, [], [], POLL_S)

@@ -28,17 +28,20 @@ def launch(
     port_file: Path,
     timeout: float = 20.0,
     owner_pid: int | None = None,
+    idle: tuple[float, Path] | None = None,
 ) -> tuple[Supervised, str]:
     """``python -m module ARGS --port-file PORT_FILE`` under a supervisor; (process, its ``/v1`` base URL).
 
-    The supervisor stops it when this process (or ``owner_pid``) ends; stop it earlier with
-    ``stop_supervised([process])``. ``what`` names it in errors.
+    The supervisor stops it when this process (or ``owner_pid``) ends, or unused (``idle``, a kept Gym's); stop it
+    earlier with ``stop_supervised([process])``. ``what`` names it in errors.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     port_file.unlink(missing_ok=True)
     command = [sys.executable, "-m", module, *args, "--port-file", str(port_file)]
     try:
-        process = spawn_supervised(name, command, run_dir, log, first=signal.SIGTERM, grace=5.0, owner_pid=owner_pid)
+        process = spawn_supervised(
+            name, command, run_dir, log, first=signal.SIGTERM, grace=5.0, owner_pid=owner_pid, idle=idle
+        )
     except OSError as exc:
         raise GymError(f"{what} did not start: {exc}") from None
     deadline = time.monotonic() + timeout
@@ -54,7 +57,11 @@ def launch(
 
 
 def start_policy(
-    settings: GymSettings, run_dir: Path, timeout: float = 20.0, owner_pid: int | None = None
+    settings: GymSettings,
+    run_dir: Path,
+    timeout: float = 20.0,
+    owner_pid: int | None = None,
+    idle: tuple[float, Path] | None = None,
 ) -> tuple[Supervised, str]:
     """The built-in scripted policy, answering as ``settings`` say."""
     args = [
@@ -76,6 +83,7 @@ def start_policy(
         run_dir / POLICY_PORT_FILE,
         timeout,
         owner_pid,
+        idle,
     )
 
 

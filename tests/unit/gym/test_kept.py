@@ -23,6 +23,7 @@ from pytest_gym.gym.deployment import Started
 from pytest_gym.gym.discovery import discover
 from pytest_gym.gym.kept import acquire_kept, fingerprint, keep_owner, not_kept_because, release_kept, stop_kept
 from pytest_gym.process.groups import group_alive, spawn_supervised
+from pytest_gym.process.keep import LEASE_FILE
 from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, STATE_FILE
 from tests.helpers.standin import StandinGym, serving
 
@@ -36,12 +37,17 @@ class FakeStarts:
         self.owners: list[int | None] = []
 
     def __call__(
-        self, settings: GymSettings, entry: Path, owner_pid: int | None = None, access: Any = None
+        self,
+        settings: GymSettings,
+        entry: Path,
+        owner_pid: int | None = None,
+        access: Any = None,
+        idle: tuple[float, Path] | None = None,
     ) -> tuple[GymEndpoint, Started]:
         self.entries.append(entry)
         self.owners.append(owner_pid)
         (entry / GYM_LOG).write_text("gym env start ...\n")
-        gym = spawn_supervised("gym", ["sleep", "600"], entry, entry / GYM_LOG, owner_pid=owner_pid, grace=1)
+        gym = spawn_supervised("gym", ["sleep", "600"], entry, entry / GYM_LOG, owner_pid=owner_pid, grace=1, idle=idle)
         return discover(self.head.base_url), Started(gym_pid=gym.pid, supervised=[asdict(gym)])
 
 
@@ -61,7 +67,7 @@ def pool(tmp_path: Path) -> Iterator[Path]:
     (folder / kept.OWNER_FILE).write_text(str(os.getpid()))
     yield folder
     for entry in folder.iterdir():
-        (entry / kept.LEASE_FILE).unlink(missing_ok=True) if entry.is_dir() else None
+        (entry / LEASE_FILE).unlink(missing_ok=True) if entry.is_dir() else None
     stop_kept(folder, grace=1)
 
 
@@ -107,7 +113,7 @@ def test_a_second_run_with_the_same_settings_attaches_and_gets_only_its_part_of_
     assert "a line of the first run" not in second_log
     assert "between the runs" not in second_log
     assert "a line of the second run" in second_log
-    assert f"stops when process {os.getpid()} ends" in notes[0]
+    assert f"stops when unused for 900 s or when process {os.getpid()} ends" in notes[0]
     assert "stop-kept" in notes[0]
 
 
@@ -233,3 +239,37 @@ def test_record_replay_and_rescore_runs_are_not_kept() -> None:
     assert "--gym-policy record" in (not_kept_because(GymSettings(policy="record")) or "")
     rescore = GymSettings(policy="replay", rescore="earlier")
     assert "--gym-rescore" in (not_kept_because(rescore) or "")
+
+
+def wait_until(condition: Any, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return bool(condition())
+
+
+def test_a_kept_gym_unused_for_its_idle_time_stops_and_the_next_run_starts_another(
+    starts: FakeStarts, pool: Path, tmp_path: Path
+) -> None:
+    settings = settings_for(pool, reuse_idle=1.0)
+    _, record = acquire_kept(settings, tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    entry = Path(record["entry"])
+    pid = gym_pid(entry)
+    notes = release_kept(record, tmp_path / "run1")
+    assert "stops when unused for 1 s" in notes[0]
+    assert wait_until(lambda: not group_alive(pid), 20)
+    assert not (entry / STATE_FILE).exists()  # claimed before the stop: no run attaches to a stopping Gym
+    _, again = acquire_kept(settings, tmp_path / "run2", os.getpid()) or pytest.fail("nothing kept")
+    assert not again["reused"]
+    assert len(starts.entries) == 2
+
+
+def test_a_gym_a_run_holds_is_never_idle_however_long_the_run(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
+    _, record = acquire_kept(settings_for(pool, reuse_idle=0.5), tmp_path / "run1", os.getpid()) or pytest.fail(
+        "nothing kept"
+    )
+    pid = gym_pid(Path(record["entry"]))
+    time.sleep(3)  # six idle times; the supervisor checks every second
+    assert group_alive(pid)
+    release_kept(record, tmp_path / "run1")
+    assert wait_until(lambda: not group_alive(pid), 20)
