@@ -4,7 +4,8 @@
   only stand-in: Gym itself is real). Tests attach to it with ``--gym-url`` and steer the policy through
   its ``/_script`` route.
 - One kept Gym per test process and start configuration (``kept_pool``, ``--gym-reuse``) for start-mode tests
-  that are not about starting: the first such run starts it, the next with the same settings attaches.
+  that are not about starting: the first such run starts it, the next with the same settings attaches. The
+  shared mcqa Gym above is one of them.
 - One Ray cluster per test process, which every Gym started here joins (``RAY_ADDRESS``) instead of
   starting its own: Gym's orchestrator starts Ray at every ``gym env start`` but the servers these tests use
   never touch it, and a Ray start is about a third of a Gym start's CPU. Tests about a started Gym's whole
@@ -24,8 +25,7 @@ import pytest
 
 from pytest_gym.core.pids import pid_alive
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import start_deployment, stop_started
-from pytest_gym.gym.kept import OWNER_FILE, stop_kept
+from pytest_gym.gym.kept import OWNER_FILE, acquire_kept, release_kept, stop_kept
 from pytest_gym.process.groups import log_tail, spawn_supervised, stop_supervised
 from tests.helpers.realgym import RealGym, need_gym
 
@@ -103,7 +103,9 @@ def own_ray(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def real_gym(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealGym]:
+def real_gym(gym_cli: str, kept_pool: Path, tmp_path_factory: pytest.TempPathFactory) -> RealGym:
+    """The shared Gym, kept in ``kept_pool``: start-mode tests with the same settings (``start_mode`` and
+    ``reuse``: mcqa, the policy answering E) attach to it too. Leased only while such a test runs."""
     settings = GymSettings(
         resources_server="mcqa",
         policy="scripted",
@@ -111,13 +113,15 @@ def real_gym(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         cli=gym_cli,
         server_venv="auto",
         shutdown_grace=20,
+        reuse=str(kept_pool),
+        reuse_idle=24 * 3600,  # attached tests do not mark it used; kept_pool's end stops it
     )
     run_dir = tmp_path_factory.mktemp("shared-gym")
-    endpoint, started = start_deployment(settings, run_dir)
-    try:
-        yield RealGym(endpoint, gym_cli, run_dir)
-    finally:
-        stop_started(started, settings.shutdown_grace)
+    kept = acquire_kept(settings, run_dir, os.getpid())
+    assert kept is not None, "the shared Gym was not kept"
+    endpoint, record = kept
+    release_kept(record, run_dir)  # free for the start-mode tests of this process
+    return RealGym(endpoint, gym_cli, run_dir)
 
 
 @pytest.fixture
