@@ -273,3 +273,20 @@ def test_a_gym_a_run_holds_is_never_idle_however_long_the_run(starts: FakeStarts
     assert group_alive(pid)
     release_kept(record, tmp_path / "run1")
     assert wait_until(lambda: not group_alive(pid), 20)
+
+
+def test_python_m_pytest_gym_stop_kept_stops_the_pools_gyms_and_says_so(
+    starts: FakeStarts, pool: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_gym.__main__ import main
+
+    assert main(["stop-kept", str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder (give the --gym-reuse DIR)" in capsys.readouterr().err
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    release_kept(record, tmp_path / "run1")
+    pid = gym_pid(Path(record["entry"]))
+    assert main(["stop-kept", str(pool), "--grace", "1"]) == 0
+    assert f"{Path(record['entry']).name}: gym: stopped" in capsys.readouterr().out
+    assert not group_alive(pid)
+    assert main(["stop-kept", str(pool)]) == 0
+    assert "no kept Gym in" in capsys.readouterr().out
