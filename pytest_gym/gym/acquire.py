@@ -18,7 +18,7 @@ from pytest_gym.core.locks import locked
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import Started, read_state, start_deployment, stop_started, write_state
 from pytest_gym.gym.discovery import discover
-from pytest_gym.gym.kept import acquire_kept, not_kept_because, release_kept
+from pytest_gym.gym.kept import NotKept, acquire_kept, not_kept_because, release_kept
 from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK
 
 
@@ -45,11 +45,14 @@ def acquire(
         note = not_kept_because(settings) if settings.reuse else None
         try:
             if settings.reuse and note is None:
-                kept = acquire_kept(settings, run_dir, owner_pid or os.getpid(), access)
+                try:
+                    kept = acquire_kept(settings, run_dir, owner_pid or os.getpid(), access)
+                except NotKept as exc:
+                    kept, note = None, str(exc)
                 if kept is not None:
                     write_state(run_dir, {"endpoint": kept[0].to_json(), "kept": kept[1]})
                     return kept[0]
-                note = "--gym-reuse: every kept Gym with these settings is in use; Gym started for this run"
+                note = note or "--gym-reuse: every kept Gym with these settings is in use; Gym started for this run"
             endpoint, started = start_deployment(settings, run_dir, owner_pid=owner_pid, access=access)
         except GymError as exc:
             write_state(run_dir, {"error": str(exc)})

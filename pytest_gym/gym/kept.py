@@ -61,6 +61,10 @@ START_SETTINGS = (
 )  # fmt: skip
 
 
+class NotKept(Exception):
+    """No process to keep a Gym for: this run's Gym is started for it alone (the message says why)."""
+
+
 def not_kept_because(settings: GymSettings) -> str | None:
     """Why this run's Gym cannot be kept (it is then started for this run only, as without --gym-reuse)."""
     if settings.policy in ("record", "replay"):
@@ -168,7 +172,8 @@ def acquire_kept(
     settings: GymSettings, run_dir: Path, run_owner: int, access: GymAccess | None = None
 ) -> tuple[GymEndpoint, dict[str, Any]] | None:
     """A kept Gym for this run, leased to ``run_owner`` (the process that ends the run): one found alive, or one
-    started now and kept. None when none can be kept or every slot is leased (the caller starts one for the run).
+    started now and kept. None when every slot is leased; ``NotKept`` when no process could own a kept Gym
+    (either way the caller starts one for the run).
 
     Returns the endpoint and the record ``release_kept`` needs (kept in the run's deployment state)."""
     assert settings.reuse is not None
@@ -176,7 +181,10 @@ def acquire_kept(
     pool.mkdir(parents=True, exist_ok=True)
     owner = keep_owner(pool, run_owner)
     if owner is None:
-        return None
+        raise NotKept(
+            "--gym-reuse: no process to keep a Gym for (pytest leads its session and has no parent, as PID 1 of a "
+            f"container; or name one in {pool / OWNER_FILE}): Gym started for this run"
+        )
     key = fingerprint(settings)
     for slot in range(SLOTS):
         entry = pool / f"{key}-{slot}"

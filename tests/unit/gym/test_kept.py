@@ -290,3 +290,29 @@ def test_python_m_pytest_gym_stop_kept_stops_the_pools_gyms_and_says_so(
     assert not group_alive(pid)
     assert main(["stop-kept", str(pool)]) == 0
     assert "no kept Gym in" in capsys.readouterr().out
+
+
+def test_with_no_process_to_keep_it_for_nothing_is_kept_and_the_reason_is_said(
+    starts: FakeStarts, pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (pool / kept.OWNER_FILE).unlink()
+    monkeypatch.setattr(kept, "parent_pid", lambda pid: 1)  # pytest as PID 1 of a container: no parent
+    monkeypatch.setattr(kept.os, "getsid", lambda pid: pid)  # ... and the leader of its session
+    with pytest.raises(kept.NotKept, match="no process to keep a Gym for"):
+        acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
+    assert starts.entries == []
+
+
+def test_a_run_that_cannot_keep_its_gym_starts_one_stops_it_and_says_why(
+    starts: FakeStarts, pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_gym.gym import acquire
+
+    monkeypatch.setattr(kept, "keep_owner", lambda pool, pid: None)
+    monkeypatch.setattr(acquire, "start_deployment", starts)
+    acquire.acquire(settings_for(pool), tmp_path / "run1")
+    pid = gym_pid(tmp_path / "run1")
+    notes = acquire.release(settings_for(pool), tmp_path / "run1")
+    assert "no process to keep a Gym for" in notes[0]
+    assert any("gym: stopped" in note for note in notes[1:])
+    assert not group_alive(pid)
