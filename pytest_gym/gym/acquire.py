@@ -18,7 +18,7 @@ from pytest_gym.core.locks import locked
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import Started, read_state, start_deployment, stop_started, write_state
 from pytest_gym.gym.discovery import discover
-from pytest_gym.gym.kept import NotKept, acquire_kept, not_kept_because, release_kept
+from pytest_gym.gym.kept import NotKept, acquire_kept, release_kept
 from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK
 
 
@@ -42,17 +42,16 @@ def acquire(
             if state.get("error"):
                 raise GymError(state["error"])
             return GymEndpoint.from_json(state["endpoint"])
-        note = not_kept_because(settings) if settings.reuse else None
+        note = None  # why a Gym --gym-reuse asks to keep is started for this run alone
         try:
-            if settings.reuse and note is None:
+            if settings.reuse:
                 try:
-                    kept = acquire_kept(settings, run_dir, owner_pid or os.getpid(), access)
+                    endpoint, record = acquire_kept(settings, run_dir, owner_pid or os.getpid(), access)
                 except NotKept as exc:
-                    kept, note = None, str(exc)
-                if kept is not None:
-                    write_state(run_dir, {"endpoint": kept[0].to_json(), "kept": kept[1]})
-                    return kept[0]
-                note = note or "--gym-reuse: every kept Gym with these settings is in use; Gym started for this run"
+                    note = str(exc)
+                else:
+                    write_state(run_dir, {"endpoint": endpoint.to_json(), "kept": record})
+                    return endpoint
             endpoint, started = start_deployment(settings, run_dir, owner_pid=owner_pid, access=access)
         except GymError as exc:
             write_state(run_dir, {"error": str(exc)})

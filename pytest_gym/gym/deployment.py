@@ -80,7 +80,7 @@ def env_note(settings: GymSettings) -> str | None:
     return "pytest-gym: environment: " + " ".join(parts)
 
 
-def _log_size(log_path: Path) -> int:
+def log_size(log_path: Path) -> int:
     try:
         return log_path.stat().st_size
     except OSError:
@@ -176,7 +176,7 @@ def start_deployment(
         for attempt in range(1, START_ATTEMPTS + 1):
             head_port = free_port()
             command = gym_command(settings, gym_cli, policy_url, head_port, run_dir)
-            offset = _log_size(log_path)
+            offset = log_size(log_path)
             with log_path.open("a", encoding="utf-8") as log:
                 log.write("pytest-gym: " + shlex.join(command) + "\n")
                 note = env_note(settings)

@@ -33,18 +33,18 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.access import GymAccess
-from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.locks import locked
 from pytest_gym.core.masking import POLICY_KEY_ENV
-from pytest_gym.core.pids import parent_pid, pid_alive, process_start_time
+from pytest_gym.core.pids import parent_pid, pid_alive
 from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import Started, read_state, start_deployment, stop_started, write_state
+from pytest_gym.gym.deployment import Started, log_size, read_state, start_deployment, stop_started, write_state
+from pytest_gym.gym.discovery import discover
 from pytest_gym.gym.startargs import find_gym_cli
 from pytest_gym.gym.trajectories import capture_dir
-from pytest_gym.process.keep import LEASE_FILE, lease_holder, lock_path, mark_used
+from pytest_gym.process.keep import give_back, lease_holder, lock_path, take_lease
 from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, POLICY_LOG, STATE_FILE
-from pytest_gym.standins.policy import SCRIPT_ENV
+from pytest_gym.standins.policy import SCRIPT_ENV, start_script
 
 #: Kept Gyms per fingerprint (runs of the same settings at the same time each get one).
 SLOTS = 4
@@ -62,17 +62,8 @@ START_SETTINGS = (
 
 
 class NotKept(Exception):
-    """No process to keep a Gym for: this run's Gym is started for it alone (the message says why)."""
-
-
-def not_kept_because(settings: GymSettings) -> str | None:
-    """Why this run's Gym cannot be kept (it is then started for this run only, as without --gym-reuse)."""
-    if settings.policy in ("record", "replay"):
-        what = "--gym-rescore" if settings.rescore else f"--gym-policy {settings.policy}"
-        return (
-            f"--gym-reuse: not with {what} (its model stand-in writes to this run's folder): Gym started for this run"
-        )
-    return None
+    """This run's Gym cannot be kept, or every kept one is in use: it is started for this run alone, as without
+    --gym-reuse (the message says why)."""
 
 
 def _digest(value: str) -> str:
@@ -118,8 +109,6 @@ def keep_owner(pool: Path, run_owner: int) -> int | None:
 
 def _live_endpoint(state: dict[str, Any] | None, access: GymAccess | None) -> GymEndpoint | None:
     """The kept Gym recorded in ``state`` when all of it still runs and its head answers; else None."""
-    from pytest_gym.gym.discovery import discover
-
     if not state or "started" not in state or "endpoint" not in state:
         return None
     try:
@@ -144,8 +133,7 @@ def _point_captures(entry: Path, run_dir: Path) -> None:
 
 def _reset_policy(settings: GymSettings, endpoint: GymEndpoint) -> None:
     """A kept scripted policy answers as a fresh one would: its start script, its counts at zero."""
-    from pytest_gym.rollout.http import FetchError, fetch
-    from pytest_gym.standins.policy import start_script
+    from pytest_gym.rollout.http import FetchError, fetch  # imported when used, as by discovery
 
     if settings.policy != "scripted" or endpoint.policy_url is None:
         return
@@ -161,22 +149,27 @@ def _reset_policy(settings: GymSettings, endpoint: GymEndpoint) -> None:
         raise GymError(f"--gym-reuse: the kept scripted policy at {url} refused its start script (HTTP {status})")
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
+def _stop(entry: Path, state: dict[str, Any], grace: float) -> list[str]:
+    """Stop the kept Gym ``state`` records (the caller holds the entry's lock); no run finds it afterwards."""
+    ended = stop_started(Started(**state["started"]), grace)
+    (entry / STATE_FILE).unlink(missing_ok=True)
+    return ended
 
 
 def acquire_kept(
     settings: GymSettings, run_dir: Path, run_owner: int, access: GymAccess | None = None
-) -> tuple[GymEndpoint, dict[str, Any]] | None:
+) -> tuple[GymEndpoint, dict[str, Any]]:
     """A kept Gym for this run, leased to ``run_owner`` (the process that ends the run): one found alive, or one
-    started now and kept. None when every slot is leased; ``NotKept`` when no process could own a kept Gym
-    (either way the caller starts one for the run).
+    started now and kept. ``NotKept`` when it cannot be kept (record/replay and rescore runs, no process to own
+    it) or every slot is leased: the caller starts one for the run.
 
     Returns the endpoint and the record ``release_kept`` needs (kept in the run's deployment state)."""
     assert settings.reuse is not None
+    if settings.policy in ("record", "replay"):
+        what = "--gym-rescore" if settings.rescore else f"--gym-policy {settings.policy}"
+        raise NotKept(
+            f"--gym-reuse: not with {what} (its model stand-in writes to this run's folder): Gym started for this run"
+        )
     pool = Path(settings.reuse)
     pool.mkdir(parents=True, exist_ok=True)
     owner = keep_owner(pool, run_owner)
@@ -194,14 +187,14 @@ def acquire_kept(
             entry.mkdir(exist_ok=True)
             state = read_state(entry)
             endpoint = _live_endpoint(state, access)
-            if endpoint is None and state and "started" in state:
-                stop_started(Started(**state["started"]), settings.shutdown_grace)  # what is left of a dead one
             if endpoint is None:
+                if state and "started" in state:
+                    _stop(entry, state, settings.shutdown_grace)  # what is left of a dead one
                 (entry / STATE_FILE).unlink(missing_ok=True)
                 for name in (GYM_LOG, POLICY_LOG):
                     (entry / name).unlink(missing_ok=True)
             _point_captures(entry, run_dir)
-            offsets = {name: _size(entry / name) for name in (GYM_LOG, POLICY_LOG)}
+            offsets = {name: log_size(entry / name) for name in (GYM_LOG, POLICY_LOG)}
             reused = endpoint is not None
             if endpoint is None:
                 idle = (settings.reuse_idle, entry)
@@ -209,12 +202,11 @@ def acquire_kept(
                 write_state(entry, {"endpoint": endpoint.to_json(), "started": asdict(started), "owner": owner})
             else:
                 _reset_policy(settings, endpoint)
-            lease = {"pid": run_owner, "start_time": process_start_time(run_owner), "run_dir": str(run_dir)}
-            write_atomically(entry / LEASE_FILE, json.dumps(lease).encode(), fsync=False)
-            mark_used(entry)
-            record = {"entry": str(entry), "offsets": offsets, "reused": reused, "owner": owner}
-            return endpoint, {**record, "idle": settings.reuse_idle}
-    return None
+            take_lease(entry, run_owner, run_dir)
+            return endpoint, {
+                "entry": str(entry), "offsets": offsets, "reused": reused, "owner": owner, "idle": settings.reuse_idle
+            }  # fmt: skip
+    raise NotKept("--gym-reuse: every kept Gym with these settings is in use: Gym started for this run")
 
 
 def release_kept(record: dict[str, Any], run_dir: Path) -> list[str]:
@@ -230,11 +222,7 @@ def release_kept(record: dict[str, Any], run_dir: Path) -> list[str]:
                 dst.write(f"pytest-gym: the kept Gym in {entry} ({since}); its log from then on:\n".encode())
             src.seek(int(offset))
             shutil.copyfileobj(src, dst)
-    with locked(lock_path(entry)):
-        holder = lease_holder(entry)
-        if holder is None or holder.get("run_dir") == str(run_dir):
-            (entry / LEASE_FILE).unlink(missing_ok=True)
-            mark_used(entry)
+    give_back(entry, run_dir)
     how = "attached to" if record.get("reused") else "started and kept"
     return [
         f"--gym-reuse: {how} the Gym in {entry}; it stays up for the next run with these settings and stops when "
@@ -255,9 +243,6 @@ def stop_kept(pool: Path, grace: float = 30.0) -> list[str]:
                 notes.append(f"{entry.name}: in use by process {holder['pid']}; left running")
                 continue
             state = read_state(entry)
-            if not state or "started" not in state:
-                continue
-            ended = stop_started(Started(**state["started"]), grace)
-            (entry / STATE_FILE).unlink(missing_ok=True)
-            notes.append(f"{entry.name}: " + "; ".join(ended))
+            if state and "started" in state:
+                notes.append(f"{entry.name}: " + "; ".join(_stop(entry, state, grace)))
     return notes

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.locks import LockTimeout, locked
-from pytest_gym.core.pids import pid_alive
+from pytest_gym.core.pids import pid_alive, process_start_time
 from pytest_gym.runfolder.layout import STATE_FILE
 
 LEASE_FILE = "lease.json"
@@ -39,9 +39,20 @@ def lease_holder(entry: Path) -> dict[str, Any] | None:
     return None
 
 
-def mark_used(entry: Path) -> None:
+def take_lease(entry: Path, run_owner: int, run_dir: Path) -> None:
+    """``run_owner``'s run holds ``entry`` from now on (the caller holds its lock and found no live lease)."""
+    lease = {"pid": run_owner, "start_time": process_start_time(run_owner), "run_dir": str(run_dir)}
+    write_atomically(entry / LEASE_FILE, json.dumps(lease).encode(), fsync=False)
     (entry / USED_FILE).touch()
-    os.utime(entry / USED_FILE)
+
+
+def give_back(entry: Path, run_dir: Path) -> None:
+    """The run of ``run_dir`` is done with ``entry``: its lease (or a void one) freed, the idle time counting."""
+    with locked(lock_path(entry)):
+        holder = lease_holder(entry)
+        if holder is None or holder.get("run_dir") == str(run_dir):
+            (entry / LEASE_FILE).unlink(missing_ok=True)
+            (entry / USED_FILE).touch()
 
 
 def claim_if_idle(entry: Path, seconds: float) -> bool:

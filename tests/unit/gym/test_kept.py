@@ -21,7 +21,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym import kept
 from pytest_gym.gym.deployment import Started
 from pytest_gym.gym.discovery import discover
-from pytest_gym.gym.kept import acquire_kept, fingerprint, keep_owner, not_kept_because, release_kept, stop_kept
+from pytest_gym.gym.kept import NotKept, acquire_kept, fingerprint, keep_owner, release_kept, stop_kept
 from pytest_gym.process.groups import group_alive, spawn_supervised
 from pytest_gym.process.keep import LEASE_FILE
 from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, STATE_FILE
@@ -88,7 +88,7 @@ def test_a_second_run_with_the_same_settings_attaches_and_gets_only_its_part_of_
     starts: FakeStarts, pool: Path, tmp_path: Path
 ) -> None:
     first_run, second_run = tmp_path / "run1", tmp_path / "run2"
-    endpoint, record = acquire_kept(settings_for(pool), first_run, os.getpid()) or pytest.fail("nothing kept")
+    endpoint, record = acquire_kept(settings_for(pool), first_run, os.getpid())
     assert not record["reused"]
     assert endpoint.head_url == starts.head.base_url
     assert starts.owners == [os.getpid()]  # the pool's owner file: the kept Gym lives as long as this process
@@ -98,7 +98,7 @@ def test_a_second_run_with_the_same_settings_attaches_and_gets_only_its_part_of_
     release_kept(record, first_run)
     with (entry / GYM_LOG).open("a") as log:
         log.write("between the runs\n")
-    _, again = acquire_kept(settings_for(pool), second_run, os.getpid()) or pytest.fail("nothing kept")
+    _, again = acquire_kept(settings_for(pool), second_run, os.getpid())
     with (entry / GYM_LOG).open("a") as log:
         log.write("a line of the second run\n")
     notes = release_kept(again, second_run)
@@ -122,7 +122,7 @@ def test_gyms_captures_go_to_the_folder_of_the_run_holding_the_lease(
     starts: FakeStarts, pool: Path, tmp_path: Path
 ) -> None:
     for run in ("run1", "run2"):
-        _, record = acquire_kept(settings_for(pool), tmp_path / run, os.getpid()) or pytest.fail("nothing kept")
+        _, record = acquire_kept(settings_for(pool), tmp_path / run, os.getpid())
         link = Path(record["entry"]) / CAPTURE_DIR
         assert link.resolve() == (tmp_path / run / CAPTURE_DIR).resolve()
         assert link.resolve().is_dir()
@@ -133,41 +133,40 @@ def test_a_leased_gym_is_not_shared_another_slot_starts_and_then_none_is_kept(
     starts: FakeStarts, pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kept, "SLOTS", 2)
-    held = [acquire_kept(settings_for(pool), tmp_path / f"run{i}", os.getpid()) for i in range(3)]
-    assert [h is not None for h in held] == [True, True, False]
-    assert len({h[1]["entry"] for h in held if h is not None}) == 2
+    held = [acquire_kept(settings_for(pool), tmp_path / f"run{i}", os.getpid()) for i in range(2)]
+    with pytest.raises(NotKept, match="every kept Gym with these settings is in use"):
+        acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid())
+    assert len({h[1]["entry"] for h in held}) == 2
     assert len(starts.entries) == 2
 
 
 def test_a_lease_of_a_run_that_is_gone_is_void(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", gone.pid) or pytest.fail("nothing kept")
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", gone.pid)
     # never released: the run was killed
-    _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid()) or pytest.fail("nothing kept")
+    _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid())
     assert again["entry"] == record["entry"]
     assert again["reused"]
 
 
 def test_a_kept_gym_found_dead_is_started_again(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
-    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
     release_kept(record, tmp_path / "run1")
     entry = Path(record["entry"])
     first = gym_pid(entry)
     stop_kept(pool, grace=1)
     assert not group_alive(first)
-    _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid()) or pytest.fail("nothing kept")
+    _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid())
     assert not again["reused"]
     assert len(starts.entries) == 2
     assert gym_pid(entry) != first
 
 
 def test_stop_kept_leaves_a_gym_a_live_run_holds(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
-    _, free = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    _, free = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
     release_kept(free, tmp_path / "run1")
-    _, held = acquire_kept(settings_for(pool, policy_answer="other"), tmp_path / "run2", os.getpid()) or pytest.fail(
-        "nothing kept"
-    )
+    _, held = acquire_kept(settings_for(pool, policy_answer="other"), tmp_path / "run2", os.getpid())
     free_pid, held_pid = gym_pid(Path(free["entry"])), gym_pid(Path(held["entry"]))
     notes = stop_kept(pool, grace=1)
     assert not group_alive(free_pid)
@@ -180,7 +179,7 @@ def test_a_kept_gym_stops_when_its_owner_ends(starts: FakeStarts, pool: Path, tm
     owner = subprocess.Popen(["sleep", "600"])
     try:
         (pool / kept.OWNER_FILE).write_text(str(owner.pid))
-        _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+        _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
         release_kept(record, tmp_path / "run1")
         pid = gym_pid(Path(record["entry"]))
         assert group_alive(pid)
@@ -235,11 +234,13 @@ def test_the_fingerprint_follows_what_the_start_depends_on_and_nothing_else(
     assert "sk-one" not in key
 
 
-def test_record_replay_and_rescore_runs_are_not_kept() -> None:
-    assert not_kept_because(GymSettings(policy="scripted")) is None
-    assert "--gym-policy record" in (not_kept_because(GymSettings(policy="record")) or "")
-    rescore = GymSettings(policy="replay", rescore="earlier")
-    assert "--gym-rescore" in (not_kept_because(rescore) or "")
+def test_record_replay_and_rescore_runs_are_not_kept(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
+    acquire_kept(settings_for(pool, policy="scripted"), tmp_path / "run0", os.getpid())  # kept
+    with pytest.raises(NotKept, match="not with --gym-policy record"):
+        acquire_kept(settings_for(pool, policy="record"), tmp_path / "run1", os.getpid())
+    with pytest.raises(NotKept, match="not with --gym-rescore"):
+        acquire_kept(settings_for(pool, policy="replay", rescore="earlier"), tmp_path / "run2", os.getpid())
+    assert len(starts.entries) == 1
 
 
 def wait_until(condition: Any, seconds: float) -> bool:
@@ -253,22 +254,20 @@ def test_a_kept_gym_unused_for_its_idle_time_stops_and_the_next_run_starts_anoth
     starts: FakeStarts, pool: Path, tmp_path: Path
 ) -> None:
     settings = settings_for(pool, reuse_idle=1.0)
-    _, record = acquire_kept(settings, tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    _, record = acquire_kept(settings, tmp_path / "run1", os.getpid())
     entry = Path(record["entry"])
     pid = gym_pid(entry)
     notes = release_kept(record, tmp_path / "run1")
     assert "stops when unused for 1 s" in notes[0]
     assert wait_until(lambda: not group_alive(pid), 20)
     assert not (entry / STATE_FILE).exists()  # claimed before the stop: no run attaches to a stopping Gym
-    _, again = acquire_kept(settings, tmp_path / "run2", os.getpid()) or pytest.fail("nothing kept")
+    _, again = acquire_kept(settings, tmp_path / "run2", os.getpid())
     assert not again["reused"]
     assert len(starts.entries) == 2
 
 
 def test_a_gym_a_run_holds_is_never_idle_however_long_the_run(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
-    _, record = acquire_kept(settings_for(pool, reuse_idle=0.5), tmp_path / "run1", os.getpid()) or pytest.fail(
-        "nothing kept"
-    )
+    _, record = acquire_kept(settings_for(pool, reuse_idle=0.5), tmp_path / "run1", os.getpid())
     pid = gym_pid(Path(record["entry"]))
     time.sleep(3)  # six idle times; the supervisor checks every second
     assert group_alive(pid)
@@ -283,7 +282,7 @@ def test_python_m_pytest_gym_stop_kept_stops_the_pools_gyms_and_says_so(
 
     assert main(["stop-kept", str(tmp_path / "nowhere")]) == 2
     assert "is not a folder (give the --gym-reuse DIR)" in capsys.readouterr().err
-    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid()) or pytest.fail("nothing kept")
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
     release_kept(record, tmp_path / "run1")
     pid = gym_pid(Path(record["entry"]))
     assert main(["stop-kept", str(pool), "--grace", "1"]) == 0
@@ -299,7 +298,7 @@ def test_with_no_process_to_keep_it_for_nothing_is_kept_and_the_reason_is_said(
     (pool / kept.OWNER_FILE).unlink()
     monkeypatch.setattr(kept, "parent_pid", lambda pid: 1)  # pytest as PID 1 of a container: no parent
     monkeypatch.setattr(kept.os, "getsid", lambda pid: pid)  # ... and the leader of its session
-    with pytest.raises(kept.NotKept, match="no process to keep a Gym for"):
+    with pytest.raises(NotKept, match="no process to keep a Gym for"):
         acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
     assert starts.entries == []
 
