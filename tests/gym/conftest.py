@@ -86,7 +86,7 @@ def shared_ray(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture(scope="session")
-def kept_pool(shared_ray: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def pool_of_this_process(shared_ray: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """``--gym-reuse`` folder of this test process: its kept Gyms live as long as it (``owner``), and are stopped
     at its end, before the Ray cluster they joined."""
     pool = tmp_path_factory.mktemp("kept")
@@ -103,8 +103,8 @@ def own_ray(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def real_gym(gym_cli: str, kept_pool: Path, tmp_path_factory: pytest.TempPathFactory) -> RealGym:
-    """The shared Gym, kept in ``kept_pool``: start-mode tests with the same settings (``start_mode`` and
+def real_gym(gym_cli: str, pool_of_this_process: Path, tmp_path_factory: pytest.TempPathFactory) -> RealGym:
+    """The shared Gym, kept in this process's pool: start-mode tests with the same settings (``start_mode`` and
     ``reuse``: mcqa, the policy answering E) attach to it too. Leased only while such a test runs."""
     settings = GymSettings(
         resources_server="mcqa",
@@ -113,15 +113,21 @@ def real_gym(gym_cli: str, kept_pool: Path, tmp_path_factory: pytest.TempPathFac
         cli=gym_cli,
         server_venv="auto",
         shutdown_grace=20,
-        reuse=str(kept_pool),
-        reuse_idle=24 * 3600,  # attached tests do not mark it used; kept_pool's end stops it
+        reuse=str(pool_of_this_process),
+        reuse_idle=24 * 3600,  # attached tests do not mark it used; the pool's end stops it
     )
     run_dir = tmp_path_factory.mktemp("shared-gym")
-    kept = acquire_kept(settings, run_dir, os.getpid())
-    assert kept is not None, "the shared Gym was not kept"
-    endpoint, record = kept
+    endpoint, record = acquire_kept(settings, run_dir, os.getpid())
     release_kept(record, run_dir)  # free for the start-mode tests of this process
     return RealGym(endpoint, gym_cli, run_dir)
+
+
+@pytest.fixture(scope="session")
+def kept_pool(real_gym: RealGym, pool_of_this_process: Path) -> Path:
+    """``--gym-reuse`` folder for start-mode tests that are not about starting (``reuse``). The shared Gym is in it
+    first: a start-mode test with its settings that came first would start it with that test's idle time
+    (2 minutes), and the attached tests, which do not mark it used, would then lose it."""
+    return pool_of_this_process
 
 
 @pytest.fixture
