@@ -192,18 +192,28 @@ def test_a_kept_gym_stops_when_its_owner_ends(starts: FakeStarts, pool: Path, tm
     assert not group_alive(pid)
 
 
-def test_the_owner_is_the_pool_files_else_the_session_leader(tmp_path: Path) -> None:
+def test_the_owner_is_the_pool_files_else_the_session_leader_else_the_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     (tmp_path / kept.OWNER_FILE).write_text(str(gone.pid))
-    child = subprocess.Popen(["sleep", "60"], start_new_session=False)
+    leader = subprocess.Popen(["sleep", "60"])
+    child = subprocess.Popen(["sleep", "60"])
+    real_getsid = os.getsid
     try:
-        assert keep_owner(tmp_path, child.pid) == os.getsid(0)  # a dead owner in the file counts for nothing
-        (tmp_path / kept.OWNER_FILE).write_text(str(os.getpid()))
+        # A dead owner in the file counts for nothing; the session leader comes next.
+        monkeypatch.setattr(os, "getsid", lambda pid: leader.pid if pid == child.pid else real_getsid(pid))
+        assert keep_owner(tmp_path, child.pid) == leader.pid
+        # A leader outside this pid namespace reads as 0 (a CI runner's container): the parent is next.
+        monkeypatch.setattr(os, "getsid", lambda pid: 0)
         assert keep_owner(tmp_path, child.pid) == os.getpid()
+        (tmp_path / kept.OWNER_FILE).write_text(str(leader.pid))
+        assert keep_owner(tmp_path, child.pid) == leader.pid
     finally:
-        child.kill()
-        child.wait()
+        for process in (child, leader):
+            process.kill()
+            process.wait()
 
 
 def test_the_fingerprint_follows_what_the_start_depends_on_and_nothing_else(
