@@ -19,6 +19,7 @@ import yaml  # noqa: F401
 
 import pytest_gym
 from tests.helpers.browser import CHROMEDRIVER, CHROMIUM, need_browser
+from tests.helpers.inner_runs import INNER_RUN_OPTIONS
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.standin import RawServer
 
@@ -80,23 +81,17 @@ def listener() -> Iterator[RawServer]:
         yield server
 
 
-#: Options of every inner pytest run (see ``_inner_pytest_runs``).
-INNER_RUN_OPTIONS = "-p no:randomly -p no:hypothesispytest -p no:anyio"
-
-
 @pytest.fixture(autouse=True)
 def _inner_pytest_runs(request: pytest.FixtureRequest) -> None:
-    """Runs made with pytester keep pytest's order, and load neither Hypothesis nor anyio, where installed.
+    """Runs made with pytester get ``INNER_RUN_OPTIONS`` (tests/helpers/inner_runs.py says why).
 
     The outer run may be shuffled (that finds tests that lean on each other); the inner runs are a user's
-    runs whose output the tests read line by line. The Hypothesis plugin (the outer run's fuzz tests use it)
-    and anyio's (httpx brings it) cost each inner pytest process about 1.3 s of CPU at start-up, 2/3 of it,
-    and there are hundreds of them (each subprocess run, each of its xdist workers): the same tests took
-    43% less CPU without Hypothesis's alone. pytester clears PYTEST_ADDOPTS, so set it after it.
+    runs whose output the tests read line by line. Without Hypothesis's plugin alone the same tests took 43%
+    less CPU. pytester clears PYTEST_ADDOPTS, so set it after it.
     """
     if "pytester" in request.fixturenames:
         request.getfixturevalue("pytester")
-        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", INNER_RUN_OPTIONS)
+        request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", " ".join(INNER_RUN_OPTIONS))
 
 
 @pytest.hookimpl(trylast=True)

@@ -16,6 +16,7 @@ import pytest
 
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.report.comment import code, markdown
+from tests.helpers.inner_runs import pytest_command
 from tests.helpers.mcqa_standin import mcqa_gym, rows, run, write_dataset
 from tests.helpers.review_apis import serving
 
@@ -42,14 +43,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_dataset(folder)
     (folder / "pytest.ini").write_text("[pytest]\n")
     with mcqa_gym() as gym:
-        common = ["--gym-url", gym.url, "--gym-agent", "fake_agent", "--gym-dataset", "data.jsonl", "-p",
-                  "no:cacheprovider", "--gym-repeats", "2", "--gym-price-in", "1", "--gym-price-out", "2"]  # fmt: skip
+        common = ["--gym-url", gym.url, "--gym-agent", "fake_agent", "--gym-dataset", "data.jsonl",
+                  "--gym-repeats", "2", "--gym-price-in", "1", "--gym-price-out", "2"]  # fmt: skip
         for name, letter, extra in (("base", "E", []), ("pr", "B", ["--gym-baseline-run", "base"])):
             gym.default = letter
-            subprocess.run(
-                [sys.executable, "-m", "pytest", *common, "--gym-run-dir", name, "--gym-gate", "mean_reward>=0.1",
-                 *extra], cwd=folder, capture_output=True, timeout=300, check=False,
-            )  # fmt: skip
+            command = pytest_command(*common, "--gym-run-dir", name, "--gym-gate", "mean_reward>=0.1", *extra)
+            subprocess.run(command, cwd=folder, capture_output=True, timeout=300, check=False)
     return folder
 
 

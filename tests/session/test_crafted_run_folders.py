@@ -20,6 +20,7 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE, RUN_INFO_FILE, SUMMARY_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter
 from pytest_gym.runfolder.runinfo import dataset_entries, file_sha256, write_run_info
+from tests.helpers.inner_runs import pytest_command
 from tests.helpers.paths import ROOT
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "q"}]}, "expected_answer": "B"}
@@ -57,7 +58,7 @@ def honest_folder(root: Path, name: str = "run", shard: str | None = None, repea
 def pytest_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_XDIST_WORKER", None)
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args]
+    command = pytest_command(*args)
     return subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_gym.report.history import history_data
 from tests.helpers.browser import console_errors
+from tests.helpers.inner_runs import pytest_command
 from tests.helpers.mcqa_standin import mcqa_gym, write_dataset
 
 #: Five nightly runs: what the fake model answers (q0..q4 expect B, C, I, E, E), and their extra options.
@@ -36,9 +37,10 @@ def nights(tmp_path_factory: pytest.TempPathFactory) -> Path:
             gym.answers = answers
             gates = ("--gym-gate", "mean_reward>=0.5", "--gym-gate", f"pass@1>={0.3 if night < 3 else 0.7}")
             subprocess.run(
-                [sys.executable, "-m", "pytest", "--gym-url", gym.url, "--gym-agent", "fake_agent", "--gym-dataset",
-                 "data.jsonl", "-p", "no:cacheprovider", "--gym-run-dir", f"runs/night{night}", "--gym-price-in", "2",
-                 *gates, *extra],
+                pytest_command(
+                    "--gym-url", gym.url, "--gym-agent", "fake_agent", "--gym-dataset", "data.jsonl",
+                    "--gym-run-dir", f"runs/night{night}", "--gym-price-in", "2", *gates, *extra,
+                ),
                 cwd=folder, capture_output=True, timeout=300, check=False,
             )  # fmt: skip
     return folder

@@ -7,7 +7,6 @@ import os
 import re
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from pytest_gym.runfolder.rollouts import RunFolderWriter, aggregate_answer
 from pytest_gym.runfolder.runinfo import load_reusable, write_run_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
 from pytest_gym.runfolder.summary import write_summary
+from tests.helpers.inner_runs import pytest_command
 from tests.helpers.paths import ROOT
 
 MARKER = "sk-pytestgym-MARKER-7f3a9c"
@@ -351,7 +351,7 @@ def test_proc_self_environ_as_a_dataset_does_not_print_the_key(tmp_path: Path) -
     env = {"GYM_POLICY_API_KEY": MARKER, "MY_SERVICE_TOKEN": "tok-abcdef123456", "PYTHONPATH": str(ROOT)}
     env.update({k: v for k, v in os.environ.items() if k not in env and "KEY" not in k and "TOKEN" not in k})
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "leak.gym.yaml"],
+        pytest_command("leak.gym.yaml"),
         cwd=tmp_path,
         env=env,
         capture_output=True,
