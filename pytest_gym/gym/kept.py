@@ -44,7 +44,7 @@ from pytest_gym.gym.startargs import find_gym_cli
 from pytest_gym.gym.trajectories import capture_dir
 from pytest_gym.process.keep import give_back, lease_holder, lock_path, take_lease
 from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, POLICY_LOG, STATE_FILE
-from pytest_gym.standins.policy import SCRIPT_ENV, start_script
+from pytest_gym.standins import SCRIPT_ENV
 
 #: Kept Gyms per fingerprint (runs of the same settings at the same time each get one).
 SLOTS = 4
@@ -134,6 +134,7 @@ def _point_captures(entry: Path, run_dir: Path) -> None:
 def _reset_policy(settings: GymSettings, endpoint: GymEndpoint) -> None:
     """A kept scripted policy answers as a fresh one would: its start script, its counts at zero."""
     from pytest_gym.rollout.http import FetchError, fetch  # imported when used, as by discovery
+    from pytest_gym.standins.policy import start_script  # a server module (http.server): only a kept Gym needs it
 
     if settings.policy != "scripted" or endpoint.policy_url is None:
         return

@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pytest_gym.standins import SCRIPT_ENV
 from pytest_gym.standins.serve import serve
 
 FAULT_MODES = ("status", "hang", "garbage")
@@ -127,10 +128,6 @@ def task_key(body: Any) -> str:
     items = body.get("input") if isinstance(body, dict) and "input" in body else (body or {}).get("messages")
     first = items[0] if isinstance(items, list) and items else items
     return json.dumps(first, sort_keys=True, default=str)
-
-
-#: A JSON object of script changes the policy applies at start (the same keys as ``PUT /_script``).
-SCRIPT_ENV = "PYTEST_GYM_POLICY_SCRIPT"
 
 
 class PolicyState:
