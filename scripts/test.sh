@@ -25,7 +25,7 @@ for arg in "$@"; do
   [[ $arg == *no:xdist* ]] && WORKERS=()
 done
 
-# run_on NAME VERSION PIP-REQUIREMENTS...: a venv .venvs/NAME with the plugin (editable), its test tools and
+# run_on NAME VERSION PIP-REQUIREMENTS...: a venv .venvs/NAME with the plugin (editable), its test-core tools and
 # the given pins, then the tests that need no Gym: tests/unit (every module on that Python) and tests/session (the
 # plugin driven through that pytest, where pytest versions differ; most of the time), without what is the same
 # under any pytest and Python (markers simulation, runtime, browser; pyproject.toml says why for each).
@@ -36,7 +36,7 @@ run_on() {
   python=$(bash scripts/find-python.sh "$version")
   uv=$(bash scripts/ensure-uv.sh)
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" --upgrade -e '.[test]' "$@" >&2
+  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" --upgrade -e '.[test-core]' "$@" >&2
   "$venv/bin/python" -m compileall -q pytest_gym >&2  # as in setup-dev.sh
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
