@@ -485,6 +485,7 @@ def test_mlflow_end_to_end(run: ExportRun, tmp_path: Path, mlflow_client_cls: An
     assert len(client.search_runs([experiment.experiment_id])) == 1
 
 
+@pytest.mark.runtime  # drives MLflow (a third party; not installed on the oldest setup)
 def test_mlflow_half_done_export_is_redone(
     run: ExportRun, tmp_path: Path, mlflow_client_cls: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -510,6 +511,7 @@ def test_mlflow_half_done_export_is_redone(
 # --- secrets ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.runtime  # drives MLflow (a third party; not installed on the oldest setup)
 def test_no_secret_reaches_any_export(run: ExportRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A key that slipped into the settings or a run-folder file is masked in everything exported."""
     monkeypatch.setenv("GYM_POLICY_API_KEY", SECRET)
