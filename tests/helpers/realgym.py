@@ -78,6 +78,7 @@ def start_mode(gym_cli: str, *args: str, dataset: str = "example.jsonl") -> tupl
 
 def reuse(pool: Path) -> tuple[str, ...]:
     """Arguments that keep the Gym a start-mode run starts in ``pool`` (tests/gym/conftest.py's ``kept_pool``), or
-    attach to the one kept there for the same settings. Unused for 2 minutes (the tests of its file are done),
-    it stops: an idle Gym still costs about 2% of a core."""
-    return (f"--gym-reuse={pool}", "--gym-reuse-idle", "120")
+    attach to the one kept there for the same settings. Unused for 5 minutes, it stops (an idle Gym still costs
+    about 2% of a core): long enough for the tests of a few files in between (test_review's tool-calling base
+    run and test_trajectories' tool-calling run share one)."""
+    return (f"--gym-reuse={pool}", "--gym-reuse-idle", "300")
