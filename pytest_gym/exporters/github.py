@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_gym.core.masking import strip_control
 from pytest_gym.core.numbers import is_int, is_number
+from pytest_gym.core.words import counted
 from pytest_gym.exporters.api import Exporter, ExportResult, ExportRun, mask_text
 from pytest_gym.judge.summary import FlakyTask, SuiteSummary, TotalsSummary
 
@@ -151,7 +152,7 @@ def markdown(run: ExportRun) -> str:
             notes.append(
                 f"- {_code(suite)} against the baseline: mean reward delta {_num(baseline.mean_delta)}{p_text} over "
                 f"{baseline.shared_tasks} shared tasks, "
-                f"{len(baseline.new_failures)} new failures, "
+                f"{counted(len(baseline.new_failures), 'new failure')}, "
                 f"{len(baseline.fixed)} fixed{regressed}"
             )
         notes += [f"- `{suite}`: {_cell(text)}" for text in _savings(m)]

@@ -18,11 +18,8 @@ The words are the vocabulary of Gym's planned release policy (Gym #1493):
 
 from __future__ import annotations
 
+from pytest_gym.core.words import counted
 from pytest_gym.judge.summary import SuiteSummary
-
-
-def _plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 def _first(labels: list[str]) -> str:
@@ -52,17 +49,17 @@ def verdict_of(s: SuiteSummary, mode: str = "trial", strict_known: bool = False)
     else:
         verb = "failed" if mode == "trial" else "below min reward (xfail)"
         if open_failed:
-            parts.append(f"{open_failed} of {_plural(total, 'trial')} {verb}")
+            parts.append(f"{open_failed} of {counted(total, 'trial')} {verb}")
         elif total - held - s.errors > 0:
-            parts.append(f"all {_plural(total - held - s.errors, 'other trial' if held else 'trial')} passed")
+            parts.append(f"all {counted(total - held - s.errors, 'other trial' if held else 'trial')} passed")
         if s.errors:
-            parts.append(f"{_plural(s.errors, 'trial')} errored")
+            parts.append(f"{counted(s.errors, 'trial')} errored")
     if failing_known:
-        parts.append(f"{_plural(failing_known, 'quarantined task')} failed (known failures)")
+        parts.append(f"{counted(failing_known, 'quarantined task')} failed (known failures)")
     if fixed_known:
-        parts.append(f"{_plural(fixed_known, 'known failure')} now pass: remove from the list")
+        parts.append(f"{counted(fixed_known, 'known failure')} now pass: remove from the list")
     if expired:
-        parts.append(f"{_plural(expired, 'known-failure entry', 'known-failure entries')} expired")
+        parts.append(f"{counted(expired, 'known-failure entry', 'known-failure entries')} expired")
     if s.gates_deferred:
         parts.append("gates deferred to the merge")
     elif not s.gates:
@@ -72,7 +69,7 @@ def verdict_of(s: SuiteSummary, mode: str = "trial", strict_known: bool = False)
     elif undecided:
         parts.append(f"gate {_first(undecided)} undecided")
     else:
-        parts.append(f"{_plural(len(s.gates), 'gate')} passed")
+        parts.append(f"{counted(len(s.gates), 'gate')} passed")
     if regressed:
         parts.append("regression against the baseline")
     elif baseline_undecided:

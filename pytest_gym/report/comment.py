@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from pytest_gym.core.masking import MAX_FIELD, Masker, clean_text
+from pytest_gym.core.words import counted
 from pytest_gym.judge.paired import Rule
 from pytest_gym.judge.summary import ChangesSummary, RunSummary, SuiteSummary, TaskChange
 from pytest_gym.runfolder.diff import SuiteDiff, changes_summary, diff_runs
@@ -118,7 +119,7 @@ def _flip_rows(tasks: list[TaskChange], kind: str) -> list[str]:
 def _changes(name: str, changes: ChangesSummary) -> list[str]:
     head = (
         f"**{_cell(name)}** against the baseline run `{_cell(Path(changes.baseline_run).name or changes.baseline_run)}`"
-        f": {changes.new_failures} new failures, {changes.fixed} fixed, {changes.moved} moved "
+        f": {counted(changes.new_failures, 'new failure')}, {changes.fixed} fixed, {changes.moved} moved "
         f"(of {changes.shared_tasks} tasks both ran)"
     )
     lines = [head]
@@ -145,7 +146,7 @@ def _baseline_failures(name: str, s: SuiteSummary) -> list[str]:
         return []
     shown = ", ".join(f"`{t.hash}` (line {t.line})" if t.line else f"`{t.hash}`" for t in b.new_failure_tasks[:20])
     more = f" and {len(b.new_failure_tasks) - 20} more" if len(b.new_failure_tasks) > 20 else ""
-    return [f"**{_cell(name)}**: {len(b.new_failures)} new failures against the baseline: {shown}{more}", ""]
+    return [f"**{_cell(name)}**: {counted(len(b.new_failures), 'new failure')} against the baseline: {shown}{more}", ""]
 
 
 def _known(name: str, s: SuiteSummary) -> list[str]:

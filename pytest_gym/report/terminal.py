@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
+from pytest_gym.core.words import counted
 from pytest_gym.exporters.api import ExportResult
 from pytest_gym.judge.summary import (
     BaselineSummary,
@@ -58,7 +59,7 @@ def changes_lines(changes: ChangesSummary | None, top: int = TOP_FLIPS) -> list[
     if changes is None:
         return []
     lines = [
-        f"  changes against the baseline run {changes.baseline_run}: {changes.new_failures} new failures, "
+        f"  changes against the baseline run {changes.baseline_run}: {counted(changes.new_failures, 'new failure')}, "
         f"{changes.fixed} fixed, {changes.moved} moved (of {changes.shared_tasks} tasks both runs measured)"
     ]
     flips = changes.flips

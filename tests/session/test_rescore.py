@@ -237,7 +237,7 @@ def test_a_rescore_compared_with_the_run_it_rescored_shows_the_same_answer_judge
     hashes = [task.short_hash for task in read_tasks(pytester.path / "dataset.jsonl")]
     result.stdout.fnmatch_lines(
         [
-            "  changes against the baseline run */earlier: 1 new failures, 1 fixed, 0 moved "
+            "  changes against the baseline run */earlier: 1 new failure, 1 fixed, 0 moved "
             "(of 3 tasks both runs measured)",
             f"    new failure {hashes[0]} (line 1): mean reward 1.000 -> 0.000",
             "      baseline r0: \\boxed{B}",

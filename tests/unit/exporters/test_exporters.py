@@ -370,7 +370,7 @@ def test_github_appends_a_table_once(run: ExportRun, tmp_path: Path, monkeypatch
         f"| {SUITE} | 5 | 10 | 1 | 0.400 (0.100..0.700) | pass@1 0.400, pass@2 0.600 "
         "| ✅ `mean_reward>=0.3` (0.400)<br>❌ `pass@2>=0.9` (0.600) |"
     )
-    assert "mean reward delta -0.200 (one-sided p = 0.125) over 5 shared tasks, 1 new failures, 0 fixed" in text
+    assert "mean reward delta -0.200 (one-sided p = 0.125) over 5 shared tasks, 1 new failure, 0 fixed" in text
     assert "| suite | tokens in / out / total | latency p50 / p90 / p99 / max (s) | retries | cost |" in text
     assert f"| {SUITE} | 900 / 90 / 990 | 0.500 / 1.250 / 2.000 / 2.000 | 2 | 0.0027 |" in text
     assert f"- `{SUITE}`: 1 flaky tasks (passed/trials): `0123456789ab` (line 3) 1/2" in text
