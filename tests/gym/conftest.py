@@ -126,7 +126,7 @@ def real_gym(gym_cli: str, pool_of_this_process: Path, tmp_path_factory: pytest.
 def kept_pool(real_gym: RealGym, pool_of_this_process: Path) -> Path:
     """``--gym-reuse`` folder for start-mode tests that are not about starting (``reuse``). The shared Gym is in it
     first: a start-mode test with its settings that came first would start it with that test's idle time
-    (2 minutes), and the attached tests, which do not mark it used, would then lose it."""
+    (``reuse``'s 5 minutes), and the attached tests, which do not mark it used, would then lose it."""
     return pool_of_this_process
 
 
