@@ -83,4 +83,4 @@ def attach(gym: McqaGym, *args: str, dataset: str = "data.jsonl") -> tuple[str, 
 
 
 def run(pytester: pytest.Pytester, gym: McqaGym, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(*attach(gym, *args), timeout=300)
+    return pytester.runpytest(*attach(gym, *args))

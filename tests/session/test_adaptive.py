@@ -69,10 +69,10 @@ def write_rows(path: Path, tasks: list[str]) -> None:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run",
         "--gym-trajectories", "off", "--gym-repeats-adaptive", "-p", "no:cacheprovider", "-p", "no:randomly",
-        "-rs", *args, timeout=300,
+        "-rs", *args,
     )  # fmt: skip
 
 

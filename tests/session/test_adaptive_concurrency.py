@@ -61,10 +61,10 @@ def run_throttled(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pyt
     pytester.makeini("[pytest]\n")
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(100)]
     (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", "2",
         "--gym-concurrency", "16", "--gym-retries", "30", "--gym-trajectories", "off", "--gym-run-dir", "run",
-        "-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=600,
+        "-p", "no:cacheprovider", "-p", "no:randomly", *args,
     )  # fmt: skip
 
 

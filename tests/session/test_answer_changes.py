@@ -190,9 +190,9 @@ def test_a_merge_of_shards_is_compared_with_the_baseline_run(pytester: pytest.Py
     gym.default = "B"
     for shard in (1, 2):
         run(pytester, gym, "--gym-repeats", "2", "--gym-shard", f"{shard}/2", "--gym-run-dir", f"shard{shard}")
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-merge", "shard1", "--gym-merge", "shard2", "--gym-run-dir", "merged", "--gym-baseline-run", "base",
-        "-p", "no:cacheprovider", timeout=300,
+        "-p", "no:cacheprovider",
     )  # fmt: skip
     result.assert_outcomes(passed=2, failed=8)
     result.stdout.fnmatch_lines(["  changes against the baseline run */base: 2 new failures, 1 fixed, 0 moved*"])

@@ -52,9 +52,9 @@ def dataset(path: Path, rows: int, prefix: str = "q") -> None:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, run_dir: str, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-run-dir", run_dir, "--gym-trajectories", "off",
-        "-p", "no:cacheprovider", "-p", "no:randomly", "-rs", *args, timeout=300,
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-rs", *args,
     )  # fmt: skip
 
 

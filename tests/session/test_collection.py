@@ -92,7 +92,7 @@ def test_ini_datasets_are_relative_to_rootdir(
 ) -> None:
     pytester.makeini("[pytest]\ngym_dataset = evals/data.jsonl\ngym_repeats = 3\n")
     monkeypatch.chdir(pytester.mkdir("sub"))
-    result = pytester.runpytest_subprocess("--co", "-q", *NO_GYM)
+    result = pytester.runpytest("--co", "-q", *NO_GYM)
     result.stdout.fnmatch_lines(["9 tests collected*"])
 
 

@@ -197,10 +197,10 @@ def usage_answer(output_tokens: int, steps: bool = False) -> Any:
 
 
 def _run(pytester: pytest.Pytester, gym: StandinGym, run_dir: str, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", run_dir,
         "--gym-repeats", "2", "--gym-baseline", "base.json", "--gym-trajectories", "off",
-        "-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=300,
+        "-p", "no:cacheprovider", "-p", "no:randomly", *args,
     )  # fmt: skip
 
 

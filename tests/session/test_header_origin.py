@@ -140,9 +140,9 @@ def stubs(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterato
 
 
 def run(pytester: pytest.Pytester, stubs: Stubs, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", stubs.head.url, "--gym-header", f"Authorization={TOKEN_VAR}", "--gym-run-dir", "run",
-        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=300,
+        "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args,
     )  # fmt: skip
 
 

@@ -50,11 +50,10 @@ def test_broken_answers_are_errors_naming_the_check_and_fail_the_health_gate(
     prompts = ["fine 1", "broken 2", "fine 3", "fine 4"]
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": p}]}} for p in prompts]
     (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", "2",
         "--gym-gate", "unhealthy_trials<=0", "--gym-gate", "health_clean_rate>=0.99", "--gym-cli=/nonexistent/gym",
         "--gym-run-dir", "run", "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:randomly", *xdist,
-        timeout=300,
     )  # fmt: skip
     result.assert_outcomes(passed=6, errors=2, failed=2)  # the two gates fail
     out = result.stdout.str()
@@ -84,7 +83,7 @@ def test_health_checks_off_keeps_broken_answers_as_rewards(pytester: pytest.Pyte
     pytester.makeini("[pytest]\n")
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": p}]}} for p in ("fine", "broken")]
     (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-health-check", "off",
         "--gym-run-dir", "run", "-p", "no:cacheprovider",
     )  # fmt: skip

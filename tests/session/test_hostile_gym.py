@@ -48,9 +48,9 @@ def dataset(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run",
-        "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=300,
+        "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args,
     )  # fmt: skip
 
 
@@ -160,9 +160,9 @@ def test_agent_from_a_suite_file_holding_the_key_is_masked_in_the_error(
     pytester.path.joinpath("leak.gym.yaml").write_text(
         "dataset: data.jsonl\nagent: ${oc.env:GYM_POLICY_API_KEY}\n", encoding="utf-8"
     )
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", fake_gym.url, "--gym-run-dir", "run", "--junitxml", "report.xml", "-p", "no:cacheprovider",
-        "leak.gym.yaml", "-rA", timeout=300,
+        "leak.gym.yaml", "-rA",
     )  # fmt: skip
     # An agent Gym does not serve stops the run at its first trial (pytest's "Interrupted", exit 2), one error.
     out = assert_contained(pytester, result, codes=(pytest.ExitCode.INTERRUPTED,))
@@ -180,9 +180,9 @@ def test_nan_reward_in_a_resumed_run_is_run_again(
     text = json.dumps(records[0]).replace('"reward": 1.0', '"reward": NaN')
     rollouts.write_text("\n".join([text, *map(json.dumps, records[1:])]) + "\n")
     calls = fake_gym.calls["/run"]
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", fake_gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run2",
-        "--gym-resume", "run", "--junitxml", "report.xml", "-p", "no:cacheprovider", timeout=300,
+        "--gym-resume", "run", "--junitxml", "report.xml", "-p", "no:cacheprovider",
     )  # fmt: skip
     assert_contained(pytester, result)
     result.assert_outcomes(passed=3)
@@ -195,9 +195,9 @@ def test_non_object_run_info_in_a_resumed_run_is_a_note(
 ) -> None:
     assert run(pytester, fake_gym).ret == 0
     (pytester.path / "run" / "pytest_gym_run.json").write_text('"hello"')
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", fake_gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run2",
-        "--gym-resume", "run", "--junitxml", "report.xml", "-p", "no:cacheprovider", timeout=300,
+        "--gym-resume", "run", "--junitxml", "report.xml", "-p", "no:cacheprovider",
     )  # fmt: skip
     assert_contained(pytester, result)
     result.assert_outcomes(passed=3)
@@ -213,10 +213,10 @@ def test_malformed_server_instances_in_start_mode_is_recorded_once(
     monkeypatch.setenv("FAKE_GYM_RECORD", str(pytester.path / "record"))
     monkeypatch.setenv("FAKE_GYM_INSTANCES", json.dumps({"servers": "none"}))
     starts = pytester.path / "record" / "starts"
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-dataset", "data.jsonl", "--gym-resources-server", "mcqa", "--gym-model-url", "http://127.0.0.1:9/v1",
         f"--gym-cli={cli}", "--gym-agent", AGENT, "--gym-run-dir", "run", "--gym-shutdown-grace", "5",
-        "--junitxml", "report.xml", "-p", "no:cacheprovider", *workers, timeout=300,
+        "--junitxml", "report.xml", "-p", "no:cacheprovider", *workers,
     )  # fmt: skip
     out = assert_contained(pytester, result)
     result.assert_outcomes(errors=3)

@@ -51,9 +51,8 @@ def test_rows_run_through_the_processor(
     (pytester.path / "data.jsonl").write_text("".join(
         json.dumps({"responses_create_params": {"input": f"q{i}"}}) + "\n" for i in range(3)
     ))  # fmt: skip
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", head.url, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run", "-p", "no:cacheprovider",
-        timeout=300,
     )  # fmt: skip
     result.assert_outcomes(passed=3)  # no --gym-agent: the one place rows can go
     assert runner.calls.get("/run") == 3
@@ -67,8 +66,8 @@ def test_agent_type_reaches_gym_env_start(pytester: pytest.Pytester, monkeypatch
     monkeypatch.setenv("FAKE_GYM_RECORD", str(pytester.path / "record"))
     (pytester.path / "rows.jsonl").write_text('{"responses_create_params": {"input": "q"}}\n')
     fake: Path = install(pytester.path / "bin")
-    result = pytester.runpytest_subprocess(
-        *start_args(fake), "--gym-dataset", "rows.jsonl", "--gym-agent-type", "simple_agent/fast", timeout=300
+    result = pytester.runpytest(
+        *start_args(fake), "--gym-dataset", "rows.jsonl", "--gym-agent-type", "simple_agent/fast"
     )
     result.assert_outcomes(passed=1)
     argv = recorded_argv(pytester.path / "record")

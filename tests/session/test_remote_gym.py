@@ -82,9 +82,9 @@ def dataset(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run",
-        "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args, timeout=300,
+        "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:hypothesispytest", *args,
     )  # fmt: skip
 
 

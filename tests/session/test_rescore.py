@@ -95,7 +95,7 @@ def test_rescore_reports_the_new_verdicts_without_a_rollout(
     # Row 0's answer was judged right and is wrong now; row 1 the reverse; row 2 stays right.
     earlier_run(pytester.path, ["\\boxed{B}", "\\boxed{E}", "\\boxed{E}"], [1.0, 0.0, 1.0])
     args = rescore_args(fake, "--junitxml", "junit.xml", "-rA", *(["-n", "2"] if xdist else []))
-    result = pytester.runpytest_subprocess(*args)
+    result = pytester.runpytest(*args)
     result.assert_outcomes(passed=4, failed=2)
     assert fake.calls.get("/run", 0) == 0  # nothing was rolled out: the model behind Gym was never asked
     assert fake.calls["/verify"] == 6  # each saved answer verified once (the controller does it, before the workers)
@@ -131,9 +131,9 @@ def test_rescore_with_a_baseline_of_the_earlier_run_shows_what_moved(
     # Row 2's saved answer is wrong under today's verifier: a first re-score writes the baseline, a second
     # compares with it (no regression; five tasks, as a comparison needs at least five) while still naming
     # what moved against the earlier run.
-    first = pytester.runpytest_subprocess(*rescore_args(fake, "--gym-baseline", "base.json", "--gym-update-baseline"))
+    first = pytester.runpytest(*rescore_args(fake, "--gym-baseline", "base.json", "--gym-update-baseline"))
     first.assert_outcomes(passed=8, failed=2)
-    second = pytester.runpytest_subprocess(
+    second = pytester.runpytest(
         *rescore_args(fake, "--gym-baseline", "base.json"), "--gym-run-dir", "run2", "--gym-verdict", "gate"
     )
     text = second.stdout.str()
@@ -178,11 +178,11 @@ def test_rescore_refuses_a_verifier_that_is_not_stateless_unless_forced(
     pytester.makeini("[pytest]\n")
     earlier_run(pytester.path, ["\\boxed{E}"] * 3, [1.0] * 3)
     fake.reverify_mode = "unsupported"
-    refused = pytester.runpytest_subprocess(*rescore_args(fake))
+    refused = pytester.runpytest(*rescore_args(fake))
     assert refused.ret == pytest.ExitCode.USAGE_ERROR
     refused.stderr.re_match_lines([".*mcqa cannot be re-verified safely.*--gym-rescore-force.*"])
     assert fake.calls.get("/verify", 0) == 0
-    forced = pytester.runpytest_subprocess(*rescore_args(fake, "--gym-rescore-force"), "--gym-run-dir", "run2")
+    forced = pytester.runpytest(*rescore_args(fake, "--gym-rescore-force"), "--gym-run-dir", "run2")
     forced.assert_outcomes(passed=6)
     assert fake.calls.get("/run", 0) == 0
 
@@ -214,7 +214,7 @@ def test_rescore_of_two_datasets_verifies_each_answer_against_its_own_row(
                             agent=AGENT,
                         )
                     )  # fmt: skip
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", fake.url, "--gym-dataset", "a.jsonl", "--gym-dataset", "b.jsonl", "--gym-repeats", "2",
         "--gym-run-dir", "run", "--gym-rescore", "earlier", "-p", "no:cacheprovider", "-rA",
     )  # fmt: skip
@@ -232,7 +232,7 @@ def test_a_rescore_compared_with_the_run_it_rescored_shows_the_same_answer_judge
     tasks whose verdict the verifier changed, each with the one answer it judged otherwise."""
     pytester.makeini("[pytest]\n")
     earlier_run(pytester.path, ["\\boxed{B}", "\\boxed{E}", "\\boxed{E}"], [1.0, 0.0, 1.0])
-    result = pytester.runpytest_subprocess(*rescore_args(fake, "--gym-baseline-run", "earlier"))
+    result = pytester.runpytest(*rescore_args(fake, "--gym-baseline-run", "earlier"))
     result.assert_outcomes(passed=4, failed=2)
     hashes = [task.short_hash for task in read_tasks(pytester.path / "dataset.jsonl")]
     result.stdout.fnmatch_lines(

@@ -46,10 +46,10 @@ def rows(count: int) -> str:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, run_dir: str, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", run_dir,
         "--gym-trajectories", "off", "--gym-sequential", "--gym-seed", "11", "--gym-verdict", "gate",
-        "-p", "no:cacheprovider", "-p", "no:randomly", "-rs", *args, timeout=300,
+        "-p", "no:cacheprovider", "-p", "no:randomly", "-rs", *args,
     )  # fmt: skip
 
 

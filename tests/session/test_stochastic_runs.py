@@ -36,10 +36,10 @@ def gym() -> Iterator[StandinGym]:
 def run(pytester: pytest.Pytester, gym: StandinGym, draws: Draws, *args: str) -> pytest.RunResult:
     """One pytest run against the stochastic Gym; every run has a baseline file and gate verdicts."""
     gym.routes["/run"] = lambda request: draws(request.json())
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-baseline", "base.json",
         "--gym-verdict", "gate", "--gym-summary", "summary.json", "-p", "no:cacheprovider", "-p", "no:randomly",
-        *args, timeout=300,
+        *args,
     )  # fmt: skip
 
 

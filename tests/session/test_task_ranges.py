@@ -43,10 +43,9 @@ def write_datasets(folder: Path) -> dict[str, tuple[str, int]]:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, run_dir: str, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "a.jsonl", "--gym-dataset", "b.jsonl",
         "--gym-repeats", "2", "--gym-run-dir", run_dir, "-p", "no:cacheprovider", "-p", "no:randomly", *args,
-        timeout=300,
     )  # fmt: skip
 
 
@@ -102,9 +101,8 @@ def test_shards_and_their_merge_give_a_task_the_same_index(pytester: pytest.Pyte
     assert not set(parts[0]) & set(parts[1])
     for part in parts:
         check(part, expected)
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-merge", "shard1", "--gym-merge", "shard2", "--gym-run-dir", "merged", "-p", "no:cacheprovider",
-        timeout=300,
     )  # fmt: skip
     result.assert_outcomes(passed=14)
     merged = indices(pytester.path / "merged")

@@ -41,10 +41,10 @@ def gym() -> Iterator[StandinGym]:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
+    return pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-run-dir", "run",
         "--gym-trajectories", "off", "--gym-verdict", "task", "--junitxml", "report.xml",
-        "-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=300,
+        "-p", "no:cacheprovider", "-p", "no:randomly", *args,
     )  # fmt: skip
 
 
@@ -97,16 +97,15 @@ def test_task_node_ids_select_and_rerun(pytester: pytest.Pytester, gym: StandinG
     one = run(pytester, gym, "--gym-repeats", "5", "-k", short["t0"])
     one.assert_outcomes(passed=1)
     assert {task for task, _ in scripted.called} == {"t0"}
-    with_cache = pytester.runpytest_subprocess(
+    with_cache = pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-trajectories", "off",
-        "--gym-verdict", "task", "--gym-repeats", "5", "--gym-task-pass", "all", "-p", "no:randomly", timeout=300,
+        "--gym-verdict", "task", "--gym-repeats", "5", "--gym-task-pass", "all", "-p", "no:randomly",
     )  # fmt: skip
     with_cache.assert_outcomes(passed=1, failed=len(PATTERNS) - 1)
     scripted.called.clear()
-    rerun = pytester.runpytest_subprocess(
+    rerun = pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-trajectories", "off",
         "--gym-verdict", "task", "--gym-repeats", "5", "--gym-task-pass", "any", "--lf", "-p", "no:randomly",
-        timeout=300,
     )  # fmt: skip
     rerun.assert_outcomes(passed=len(PATTERNS) - 2, failed=1)  # t4 fails even "any"; t0 not rerun
     assert "t0" not in {task for task, _ in scripted.called}

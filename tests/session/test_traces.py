@@ -34,10 +34,10 @@ def test_one_trace_per_trial_seen_by_gym_and_named_in_junit(
     pytester.makeini("[pytest]\n")
     rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(4)]
     (pytester.path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", "3",
         "--gym-trace-url", TEMPLATE, "--gym-tracestate", "pytestgym=ci-42", "--gym-run-dir", "run",
-        "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:randomly", *xdist, timeout=300,
+        "--junitxml", "report.xml", "-p", "no:cacheprovider", "-p", "no:randomly", *xdist,
     )  # fmt: skip
     result.assert_outcomes(passed=9, failed=3)
     runs = [r for r in gym.log if r.route == "/run"]
@@ -64,7 +64,7 @@ def test_one_trace_per_trial_seen_by_gym_and_named_in_junit(
 def test_a_trace_url_without_the_trace_id_is_refused(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\n")
     (pytester.path / "data.jsonl").write_text('{"responses_create_params": {"input": "q"}}\n')
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest(
         "--gym-url", "http://127.0.0.1:9", "--gym-dataset", "data.jsonl", "--gym-trace-url", "https://j.example/t"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR

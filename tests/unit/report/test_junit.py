@@ -333,9 +333,9 @@ def _attached_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, da
     pytester.makeini("[pytest]\n")
     (pytester.path / dataset).write_text("".join(ROW % i for i in range(2)), encoding="utf-8")
     with serving(AGENT) as gym:
-        return pytester.runpytest_subprocess(
+        return pytester.runpytest(
             "--gym-url", gym.url, "--gym-agent", AGENT, f"--gym-dataset={dataset}", "--gym-run-dir", "run",
-            "--junitxml", "report.xml", "-p", "no:cacheprovider", *args, timeout=300,
+            "--junitxml", "report.xml", "-p", "no:cacheprovider", *args,
         )  # fmt: skip
 
 
