@@ -218,7 +218,7 @@ def check(side: Side, run: Run, trials: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small smoke version (40 rows x 2, 1 round)")
+    parser.add_argument("--quick", action="store_true", help="small smoke version (40 rows x 2, 1 round, no warm-up)")
     parser.add_argument("--rows", type=int, help="distinct rows (default 320)")
     parser.add_argument("--repeats", type=int, help="repeats per row (default 4)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds; medians are reported (default 5)")
@@ -248,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"== CPU: {rows} rows x {repeats} repeats = {trials} trials, half failing, {rounds} round(s) ==")
         before = options.before.resolve() if options.before else None
         measured = [s for s in sides(url, work, rows, repeats, before) if not (options.no_xdist and "-n" in s.name)]
-        for side in measured:  # warm-up: bytecode caches, as any second run on a machine finds them
+        for side in [] if options.quick else measured:  # warm-up: bytecode caches, as a second run finds them
             run_process([*side.args, "--co"], side.folder, pythonpath=side.source)
         cpu: dict[str, list[float]] = {side.name: [] for side in measured}
         problems: list[str] = []
