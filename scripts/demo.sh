@@ -8,6 +8,7 @@
 # Usage: bash scripts/demo.sh [PYTEST ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset PYTHONDONTWRITEBYTECODE  # the venvs' bytecode is cached on first import (scripts/test.sh says why)
 GYM_CLI=$(bash scripts/setup-dev.sh | tail -n 1)
 cd examples/mcqa
 set +e

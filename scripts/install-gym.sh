@@ -18,7 +18,9 @@ else
   UV=$(bash "$HERE/ensure-uv.sh")
   "$PY313" -m venv "$VENV"
   # Gym 0.5+ declares Requires-Python >=3.13.14, a packaging floor only: resolve as 3.13.14.
-  "$UV" pip install -q --compile-bytecode --python "$VENV/bin/python" \
+  # No --compile-bytecode: Python caches what Gym imports on its first import (with PYTHONDONTWRITEBYTECODE
+  # unset, as scripts/test.sh and demo.sh run it); compiling all 19,000 modules took more CPU than the tests' Gyms.
+  "$UV" pip install -q --python "$VENV/bin/python" \
     --python-version 3.13.14 "nemo-gym==$GYM_VERSION"
 fi
 echo "$(cd "$VENV/bin" && pwd)/gym"

@@ -12,8 +12,7 @@ if [ -x .venvs/dev/bin/python ] && [ "$(.venvs/dev/bin/python -c 'import sys; pr
   rm -rf .venvs/dev  # made by an earlier version of this script with another Python
 fi
 [ -x .venvs/dev/bin/python ] || "$PYTHON" -m venv .venvs/dev
-# Bytecode compiled once here: where PYTHONDONTWRITEBYTECODE is set (this machine kind sets it) every Python process the tests
-# start (hundreds: pytest runs, xdist workers, stand-ins) would otherwise compile what it imports, ~0.2 s of CPU each.
-"$UV" pip install -q --compile-bytecode --python .venvs/dev/bin/python --upgrade -e '.[test]' >&2
-.venvs/dev/bin/python -m compileall -q pytest_gym >&2  # the editable install's own sources
+# No bytecode compiled here (compiling every module of these venvs took most of the installs' CPU): the scripts that
+# run the venvs (test.sh, demo.sh) let Python cache the bytecode of what is imported, on its first import.
+"$UV" pip install -q --python .venvs/dev/bin/python --upgrade -e '.[test]' >&2
 echo "$GYM_CLI"

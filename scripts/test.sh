@@ -10,6 +10,10 @@
 # -p no:randomly keeps file order. Each run ends with its 15 slowest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Python caches the bytecode of what it imports (the installs compile nothing): the tests start hundreds of
+# Python processes (pytest runs, xdist workers, Gym's servers), and where PYTHONDONTWRITEBYTECODE is set (this
+# machine kind sets it) each would compile all it imports again, about 0.2 s of CPU each.
+unset PYTHONDONTWRITEBYTECODE
 
 # ORDER: pytest's arguments for a shuffled order with a printed seed (none when "$@" turns pytest-randomly off).
 ORDER=(-p randomly "--randomly-seed=${SEED:-$((RANDOM * 32768 + RANDOM))}")
@@ -36,8 +40,7 @@ run_on() {
   python=$(bash scripts/find-python.sh "$version")
   uv=$(bash scripts/ensure-uv.sh)
   [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
-  "$uv" pip install -q --compile-bytecode --python "$venv/bin/python" --upgrade -e '.[test-core]' "$@" >&2
-  "$venv/bin/python" -m compileall -q pytest_gym >&2  # as in setup-dev.sh
+  "$uv" pip install -q --python "$venv/bin/python" --upgrade -e '.[test-core]' "$@" >&2
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
   "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym and not simulation and not runtime and not browser" "${WORKERS[@]}" "${ORDER[@]}"
