@@ -32,7 +32,9 @@ def test_a_failed_start_of_18_trials_says_its_cause_once_and_one_line_per_trial(
     pytester: pytest.Pytester, eighteen: Path, monkeypatch: pytest.MonkeyPatch, workers: list[str]
 ) -> None:
     monkeypatch.setenv("FAKE_GYM_FAIL", "uv")
-    result = pytester.runpytest(
+    # A process of its own: the whole output is measured, and an in-process run under xdist adds pytest's
+    # "already imported, cannot be rewritten" warning, which a user's run does not print.
+    result = pytester.runpytest_subprocess(
         *start_args(eighteen), "--gym-dataset", "six.jsonl", "--gym-repeats", str(REPEATS), *workers
     )
     result.assert_outcomes(errors=ROWS * REPEATS)
@@ -62,7 +64,9 @@ def test_the_cause_is_reported_whichever_worker_started_gym(
     """Both workers try Gym as soon as they collected; one starts it, and the trials may all go to the other
     (--dist loadfile, or one trial): the cause is still reported once, by the first trial to claim it."""
     monkeypatch.setenv("FAKE_GYM_FAIL", "uv")
-    result = pytester.runpytest(*start_args(eighteen), "--gym-dataset", "six.jsonl", "-n", "2", "--dist", dist)
+    result = pytester.runpytest_subprocess(
+        *start_args(eighteen), "--gym-dataset", "six.jsonl", "-n", "2", "--dist", dist
+    )
     result.assert_outcomes(errors=ROWS, deselected=0)
     # The errors' section: with CI set, pytest's short summary repeats each message whole.
     text = result.stdout.str().split("short test summary info")[0]
