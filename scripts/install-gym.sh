@@ -18,9 +18,14 @@ else
   UV=$(bash "$HERE/ensure-uv.sh")
   "$PY313" -m venv "$VENV"
   # Gym 0.5+ declares Requires-Python >=3.13.14, a packaging floor only: resolve as 3.13.14.
-  # No --compile-bytecode: Python caches what Gym imports on its first import (with PYTHONDONTWRITEBYTECODE
-  # unset, as scripts/test.sh and demo.sh run it); compiling all 19,000 modules took more CPU than the tests' Gyms.
+  # Bytecode: not all 19,000 modules (--compile-bytecode took most of the install's CPU), only what a Gym start
+  # imports (about 4,000; 26 CPU-s), compiled once here even where PYTHONDONTWRITEBYTECODE is set, so that no Gym
+  # process compiles it again at each start, nor the first processes of a start all at once.
   "$UV" pip install -q --python "$VENV/bin/python" \
     --python-version 3.13.14 "nemo-gym==$GYM_VERSION"
+  env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -c "import nemo_gym.cli.main, ray, fastapi, uvicorn, openai
+import resources_servers.mcqa.app, responses_api_agents.simple_agent.app, responses_api_models.openai_model.app
+import environment_servers.legacy_agent.app" >/dev/null 2>&1 ||
+    echo "install-gym: compiling the bytecode of a Gym start failed; Python compiles it on import instead" >&2
 fi
 echo "$(cd "$VENV/bin" && pwd)/gym"

@@ -12,7 +12,9 @@ if [ -x .venvs/dev/bin/python ] && [ "$(.venvs/dev/bin/python -c 'import sys; pr
   rm -rf .venvs/dev  # made by an earlier version of this script with another Python
 fi
 [ -x .venvs/dev/bin/python ] || "$PYTHON" -m venv .venvs/dev
-# No bytecode compiled here (compiling every module of these venvs took most of the installs' CPU): the scripts that
-# run the venvs (test.sh, demo.sh) let Python cache the bytecode of what is imported, on its first import.
+# Bytecode: not every module (--compile-bytecode took most of the install's CPU), only what every pytest run of
+# the plugin imports, compiled once here even where PYTHONDONTWRITEBYTECODE is set; test.sh and demo.sh cache the rest.
 "$UV" pip install -q --python .venvs/dev/bin/python --upgrade -e '.[test]' >&2
+env -u PYTHONDONTWRITEBYTECODE .venvs/dev/bin/python -c "import pytest, xdist, pytest_gym.plugin" >&2
+env -u PYTHONDONTWRITEBYTECODE .venvs/dev/bin/python -m compileall -q pytest_gym >&2  # the editable install's own sources
 echo "$GYM_CLI"
