@@ -94,6 +94,21 @@ def _inner_pytest_runs(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", " ".join(INNER_RUN_OPTIONS))
 
 
+def _is_xdist_twin(item: pytest.Item) -> bool:
+    """A parametrized test's ``-n 2`` case whose other case runs the same inner run without xdist."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return False
+    return any(isinstance(value, (tuple, list)) and "-n" in value for value in callspec.params.values())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark the ``-n 2`` twins ``xdist_twin`` (before ``-m`` selects by markers): the oldest-setup leg skips them."""
+    if _is_xdist_twin(item):
+        item.add_marker(pytest.mark.xdist_twin)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under xdist, each worker's share starts with its part of the real-Gym tests (tens of seconds each) and

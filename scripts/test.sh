@@ -32,7 +32,9 @@ done
 # run_on NAME VERSION PIP-REQUIREMENTS...: a venv .venvs/NAME with the plugin (editable), its test-core tools and
 # the given pins, then the tests that need no Gym: tests/unit (every module on that Python) and tests/session (the
 # plugin driven through that pytest, where pytest versions differ; most of the time), without what is the same
-# under any pytest and Python (markers simulation, runtime, browser; pyproject.toml says why for each).
+# under any pytest and Python (markers simulation, runtime, browser; pyproject.toml says why for each), and without
+# the -n 2 twins of tests whose other case makes the same run without xdist (xdist_twin: the tests about xdist
+# itself run here; every twin runs on the newest setup).
 # tests/gym runs on the main setup only: Gym itself runs on its own Python 3.13 whatever runs pytest.
 run_on() {
   local name=$1 version=$2 python venv=.venvs/$1 uv
@@ -43,7 +45,7 @@ run_on() {
   "$uv" pip install -q --python "$venv/bin/python" --upgrade -e '.[test-core]' "$@" >&2
   echo "== $name: $("$venv/bin/python" -c 'import platform, pluggy, pytest
 print("Python", platform.python_version(), "pytest", pytest.__version__, "pluggy", pluggy.__version__)')"
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym and not simulation and not runtime and not browser" "${WORKERS[@]}" "${ORDER[@]}"
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q -ra --durations=15 -m "not gym and not simulation and not runtime and not browser and not xdist_twin" "${WORKERS[@]}" "${ORDER[@]}"
 }
 
 # The main run below is the newest setup (Python 3.13, the newest pytest); this is the oldest one.
