@@ -15,6 +15,15 @@ what another worker claimed (``BoardClaims``). One trial's request, retries and
 answer are ``pytest_gym.rollout.transport.Rollouts``; whether Gym still serves is
 ``pytest_gym.rollout.health.Health``. This module only schedules.
 
+A finished rollout goes to the ``listeners`` on the loop (they mask it before anyone sees it), then to the
+``recorders`` (the run folder's writer) on pytest's thread: the next time it asks for a result, or while it
+waits for one. The loop and pytest's thread share one interpreter lock; a record's work on the loop (encoding,
+masking, a locked append) took it from a busy pytest thread at every trial and handed it back at each system
+call: recorded by pytest's thread, a run of 1280 trials against an instant stand-in costs about 5% less CPU
+(``benchmarks/cpu.py``). A rollout pytest's thread leaves unrecorded for ``RECORD_WITHIN_S`` (it is busy with
+another test) is recorded on the loop: a trial's record is in the run folder before its item reports, and no
+finished rollout waits longer than that for its record.
+
 ``stop()`` (after ``-x``, ``--maxfail``, Ctrl-C) starts nothing new and cancels
 what is in flight. ``close()`` at the end of the session lets the rollouts in
 flight finish when another process may be waiting for them
@@ -71,6 +80,9 @@ def _fast_switching(on: bool) -> None:
             if _switching_users == 0:
                 sys.setswitchinterval(_switch_interval_before)
 
+
+#: Seconds a finished rollout waits for pytest's thread to record it before the loop records it itself.
+RECORD_WITHIN_S = 0.05
 
 #: Times pytest's thread asks the admission again for a trial whose slot came after the answer changed.
 _MAX_RECONSIDER = 1000
@@ -156,7 +168,17 @@ class Dispatcher:
         self._wake_step = max(1, self.lookahead // 8)
         self.trial_timeout = trial_timeout
         self.claims: Claims = claims if claims is not None else LocalClaims()
+        #: Called on the loop with every finished outcome, first, before it is handed out or published.
         self.listeners: list[Callable[[TrialOutcome], None]] = []
+        #: Called with every finished outcome, in the order they finished, on pytest's thread where it can.
+        self.recorders: list[Callable[[TrialOutcome], None]] = []
+        #: Finished outcomes not recorded yet, with when they finished (``time.monotonic``).
+        self._unrecorded: collections.deque[tuple[float, TrialOutcome]] = collections.deque()
+        self._recording = threading.Lock()  # one recording pass at a time: the records keep their order
+        #: Set when an outcome is queued or a result is set while pytest's thread waits (``_waiter``).
+        self._news = threading.Event()
+        self._waiter = False
+        self._late_timer: asyncio.TimerHandle | None = None
         #: Problems that did not stop a trial but should be reported (a listener or the board failed).
         self.problems: list[str] = []
         #: What happened to the trials: "ran" here, results taken "here" or "from_board", board "polls".
@@ -245,6 +267,7 @@ class Dispatcher:
             self._watchdog.cancel()
         if self._loop.is_running():
             asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(timeout=30)
+        self.record_pending()
 
     def close(self) -> None:
         """End of the session: let the rollouts in flight finish if another process may wait for them; shut down."""
@@ -262,6 +285,7 @@ class Dispatcher:
             self._thread.join(timeout=10)
         if not self._thread.is_alive() and not self._loop.is_closed():
             self._loop.close()  # an unclosed loop keeps its selector's file descriptors until collected
+        self.record_pending()
         if self._switched:
             self._switched = False
             _fast_switching(False)
@@ -344,7 +368,8 @@ class Dispatcher:
 
     def wait(self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> TrialOutcome:
         try:
-            outcome = future.result(timeout=timeout)
+            self._wait_recording(future, timeout)
+            outcome = future.result(timeout=0)  # raises the timeout if it is not done
             self.counts["here"] += 1
             return outcome
         finally:
@@ -353,6 +378,45 @@ class Dispatcher:
                 self._mine.discard(nodeid)
                 if future.done() and self._running.get(nodeid) is future:
                     del self._running[nodeid]
+
+    def _wait_recording(self, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> None:
+        """Until ``future`` is done (or ``timeout``), record what finishes meanwhile; then what finished before it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not future.done():
+            future.add_done_callback(self._signal_news)
+        while True:
+            self.record_pending()
+            if future.done():
+                self.record_pending()  # its own outcome was queued before its result was set
+                return
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return
+            self._news.clear()
+            self._waiter = True
+            try:
+                if not (self._unrecorded or future.done()):
+                    self._news.wait(remaining)
+            finally:
+                self._waiter = False
+
+    def _signal_news(self, _: object = None) -> None:
+        if self._waiter:
+            self._news.set()
+
+    def record_pending(self, finished_before: float | None = None) -> None:
+        """Hand the finished outcomes not recorded yet (those finished before ``finished_before``, if given) to
+        the recorders, in the order they finished."""
+        if not self._unrecorded:
+            return
+        with self._recording:
+            while self._unrecorded:
+                finished, outcome = self._unrecorded[0]
+                if finished_before is not None and finished > finished_before:
+                    return
+                self._unrecorded.popleft()
+                for recorder in self.recorders:
+                    self._guard("recording a rollout", recorder, outcome)
 
     def _advance(self, spec: TrialSpec) -> None:
         index = self._index.get(spec.nodeid)
@@ -525,6 +589,11 @@ class Dispatcher:
             await asyncio.sleep(0)
         for listener in self.listeners:
             self._guard("recording a rollout", listener, outcome)
+        if self.recorders:
+            self._unrecorded.append((time.monotonic(), outcome))
+            self._signal_news()
+            if self._late_timer is None:
+                self._late_timer = self._loop.call_later(RECORD_WITHIN_S, self._record_late)
         if self._guard("publishing a rollout to the other workers", self.claims.publish, outcome):
             with self._lock:
                 if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:
@@ -533,6 +602,14 @@ class Dispatcher:
         if self.admission is not None:  # a held-back trial may start (or be settled) now
             self._finished.set()
             self._wake()
+
+    def _record_late(self) -> None:
+        """On the loop: record what pytest's thread left unrecorded for ``RECORD_WITHIN_S``; look again then."""
+        self._late_timer = None
+        self.record_pending(finished_before=time.monotonic() - RECORD_WITHIN_S)
+        if self._unrecorded:
+            wait = self._unrecorded[0][0] + RECORD_WITHIN_S - time.monotonic()
+            self._late_timer = self._loop.call_later(max(0.0, wait), self._record_late)
 
     def _refused_at_start(self, spec: TrialSpec, slot: int | None) -> Decision | None:
         """Under xdist a run-wide slot may come long after the trial was admitted: while it waited, other

@@ -286,6 +286,61 @@ def test_listener_records_each_trial_once_and_its_errors_do_not_hang(fake: Stand
     assert dispatcher.problems[0] == "recording a rollout failed: OSError: disk full"
 
 
+def test_pytests_thread_records_each_trial_before_its_result_is_handed_out(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 6, repeats=2)
+    dispatcher = make_dispatcher(fake, concurrency=4)
+    recorded: list[tuple[str, str]] = []
+    dispatcher.recorders.append(lambda o: recorded.append((o.nodeid, threading.current_thread().name)))
+
+    def failing(outcome: TrialOutcome) -> None:
+        raise OSError("disk full")
+
+    dispatcher.recorders.append(failing)
+    dispatcher.plan(specs)
+    try:
+        for spec in specs:
+            assert dispatcher.result(spec).ok
+            assert spec.nodeid in [nodeid for nodeid, _ in recorded]  # before pytest reports it
+    finally:
+        dispatcher.close()
+    assert sorted(nodeid for nodeid, _ in recorded) == sorted(s.nodeid for s in specs)  # each once
+    assert {thread for _, thread in recorded} == {threading.current_thread().name}
+    assert dispatcher.problems[0] == "recording a rollout failed: OSError: disk full"
+
+
+def test_a_rollout_nobody_asks_for_is_recorded_on_the_loop_within_a_moment(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 5)
+    dispatcher = make_dispatcher(fake, concurrency=5)
+    recorded: list[tuple[str, str, float]] = []
+    dispatcher.recorders.append(
+        lambda o: recorded.append((o.nodeid, threading.current_thread().name, time.monotonic()))
+    )
+    dispatcher.plan(specs)  # prefetched; pytest's thread is busy elsewhere and asks for none of them
+    try:
+        wait_for(lambda: len(recorded) == len(specs), timeout=10)
+    finally:
+        dispatcher.close()
+    assert {thread for _, thread, _ in recorded} == {"pytest-gym-dispatch"}
+    assert sorted(nodeid for nodeid, _, _ in recorded) == sorted(s.nodeid for s in specs)
+
+
+def test_records_left_at_a_stop_are_written_by_the_stop(
+    fake: StandinGym, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatch, "RECORD_WITHIN_S", 3600.0)  # the loop never records: what is left is the stop's
+    specs = make_specs(tmp_path, 3)
+    dispatcher = make_dispatcher(fake, concurrency=3)
+    recorded: list[str] = []
+    dispatcher.recorders.append(lambda o: recorded.append(o.nodeid))
+    dispatcher.plan(specs)
+    wait_for(lambda: len(runs(fake)) == 3)
+    wait_for(lambda: len(dispatcher._unrecorded) == 3)
+    assert recorded == []
+    dispatcher.stop()
+    assert sorted(recorded) == sorted(s.nodeid for s in specs)
+    dispatcher.close()
+
+
 # -- workers sharing a claim board ----------------------------------------------------------
 
 
