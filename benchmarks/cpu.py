@@ -16,7 +16,8 @@ trials fail. Then, interleaved over ROUNDS rounds (so a busy minute of the machi
 -C DIR``), interleaved with the rest. Each is a whole process (start-up imports count); its CPU is user + sys
 of the process and its children (``os.wait4``: the xdist workers are its children). It prints the medians,
 the ratio pytest-gym / plain and pytest-gym's own share per trial in ms ((pytest-gym - plain) / trials), for
-one process and for ``-n 2``.
+one process and for ``-n 2``, then the median of the rounds' own ratios (each round's runs met the same minute of
+the machine), and with ``--before`` the median change from the earlier tree, round by round.
 Target (issue 19): a run costs at most 1.25x plain pytest's CPU.
 
 Every command runs as a normal Python does, caching bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped from
@@ -213,6 +214,12 @@ def check(side: Side, run: Run, trials: int) -> str:
     return ""
 
 
+def paired(these: Sequence[float], those: Sequence[float]) -> float:
+    """The median of the rounds' ratios: steadier than a ratio of medians when the machine's speed drifts (a
+    small VM's CPU time for the same run moves by 10-20% from minute to minute)."""
+    return statistics.median(a / b for a, b in zip(these, those, strict=True))
+
+
 # -- the benchmark ---------------------------------------------------------------------------------
 
 
@@ -282,6 +289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"(target <= {TARGET:.2f}x: {'MET' if met else 'MISS'}); pytest-gym's own share "
             f"{share:.2f} ms per trial (plain pytest {1000 * plain_cpu / trials:.2f} ms per test)"
         )
+        # The same rounds paired: each round's two runs met the same minute of the machine.
+        print(f"  {'':<24} round by round: median ratio {paired(cpu[gym_name], cpu[plain_name]):.2f}x")
+    for now, earlier in (("pytest-gym", "pytest-gym (before)"), ("pytest-gym -n 2", "pytest-gym -n 2 (before)")):
+        if earlier in cpu:
+            change = paired(cpu[now], cpu[earlier]) - 1
+            print(f"  {now:<24} against its earlier tree, round by round: median {change:+.1%} CPU")
     for problem in problems:
         print("  WRONG RUN:", problem)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

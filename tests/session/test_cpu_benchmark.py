@@ -37,4 +37,5 @@ def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_wit
         )
         assert line is not None, output
         assert float(line.group(1)) > 0
+    assert len(re.findall(r"^ +round by round: median ratio \d+\.\d\dx$", output, re.MULTILINE)) == 2, output
     assert "all runs correct" in output
