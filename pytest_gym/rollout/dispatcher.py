@@ -21,8 +21,9 @@ waits for one. The loop and pytest's thread share one interpreter lock; a record
 masking, a locked append) took it from a busy pytest thread at every trial and handed it back at each system
 call: recorded by pytest's thread, a run of 1280 trials against an instant stand-in costs about 5% less CPU
 (``benchmarks/cpu.py``). A rollout pytest's thread leaves unrecorded for ``RECORD_WITHIN_S`` (it is busy with
-another test) is recorded on the loop: a trial's record is in the run folder before its item reports, and no
-finished rollout waits longer than that for its record.
+another test) is recorded on the loop. So a trial run here is recorded before its item reports here, and no
+finished rollout waits longer than that for its record (under xdist, an item reporting a trial that another
+worker ran may come first).
 
 ``stop()`` (after ``-x``, ``--maxfail``, Ctrl-C) starts nothing new and cancels
 what is in flight. ``close()`` at the end of the session lets the rollouts in
