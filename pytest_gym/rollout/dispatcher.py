@@ -386,9 +386,9 @@ class Dispatcher:
         if not future.done():
             future.add_done_callback(self._signal_news)
         while True:
+            done = future.done()  # seen done: its own outcome was queued before its result was set
             self.record_pending()
-            if future.done():
-                self.record_pending()  # its own outcome was queued before its result was set
+            if done:
                 return
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
