@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint
@@ -87,6 +88,10 @@ RECORD_WITHIN_S = 0.05
 
 #: Times pytest's thread asks the admission again for a trial whose slot came after the answer changed.
 _MAX_RECONSIDER = 1000
+
+
+class _ClaimedElsewhere(Exception):
+    """A trial refused here was claimed by another process first: its outcome is waited for, not refused."""
 
 
 class _Reconsider(Exception):
@@ -160,6 +165,8 @@ class Dispatcher:
         self._held_back: list[TrialSpec] = []
         #: Trials the feeder held back or found refused: not offered again by the plan walk.
         self._passed_over: set[str] = set()
+        #: Trials pytest's thread was refused: never started here, whatever the admission says later.
+        self._refused: set[str] = set()
         #: Set when a rollout finished here: pytest's thread, waiting on a held-back trial, decides again.
         self._finished = threading.Event()
         #: Trials never to roll out here (their results are reused from an earlier run).
@@ -323,7 +330,10 @@ class Dispatcher:
         started = None
         for _ in range(_MAX_RECONSIDER):
             if self.admission is not None and not taken_over:
-                held = self._admit_now(spec)
+                try:
+                    held = self._admit_now(spec)
+                except _ClaimedElsewhere:
+                    return None  # its outcome comes from the process that claimed it
                 if held is not None:
                     return held
             try:
@@ -353,19 +363,40 @@ class Dispatcher:
             decision = self.admission.decide(spec)
             if decision.action == "start":
                 return None
-            if decision.action == "skip":
+            timed_out = decision.action == "wait" and (self._stopping or time.monotonic() >= deadline)
+            if decision.action == "skip" or timed_out:
+                refused = self._refuse(spec)
+                if refused is None:
+                    raise _ClaimedElsewhere()
+                if refused is not True:
+                    return refused  # started here meanwhile: its result counts
+                if timed_out:
+                    wait_s = f"{self.claim_wait_s:g}"
+                    raise NotAdmitted(
+                        Decision(
+                            "skip", f"not run: its task's earlier repeats gave no result within {wait_s} s", "decided"
+                        )
+                    )
                 self.admission.note(decision)
                 raise NotAdmitted(decision)
-            if self._stopping or time.monotonic() >= deadline:
-                raise NotAdmitted(
-                    Decision(
-                        "skip",
-                        f"not run: its task's earlier repeats gave no result within {self.claim_wait_s:g} s",
-                        "decided",
-                    )
-                )
             self._finished.wait(_QUEUE_POLL_S)
             self._finished.clear()
+
+    def _refuse(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | Literal[True] | None:
+        """Make a refusal final: True once no process can start the trial any more. The admission's view of the
+        ledger differs by a moment between the feeder and another process: one of them may have decided to
+        start it before the rollout that spent the budget was counted. A rollout already started here is
+        returned; None when another process claimed it first (its outcome is waited for)."""
+        with self._lock:
+            future = self._running.get(spec.nodeid)
+            if future is not None:
+                return future
+            self._refused.add(spec.nodeid)  # the feeder, checking under the lock, starts it no more
+        if self.claims.claim(spec.nodeid):
+            return True  # claimed and never published: no other process starts it either
+        with self._lock:
+            self._refused.discard(spec.nodeid)
+        return None
 
     def wait(self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> TrialOutcome:
         try:
@@ -436,7 +467,11 @@ class Dispatcher:
     def _known(self, nodeid: str) -> bool:
         """Started by this process, reused, or claimed by another process."""
         return (
-            nodeid in self._started or nodeid in self.skip or nodeid in self._passed_over or self.claims.claimed(nodeid)
+            nodeid in self._started
+            or nodeid in self.skip
+            or nodeid in self._passed_over
+            or nodeid in self._refused
+            or self.claims.claimed(nodeid)
         )
 
     async def _feed(self) -> None:
@@ -445,8 +480,9 @@ class Dispatcher:
             await self._slots.acquire()
             spec = None if self._stopping or self._closing else self._admitted_candidate()
             if spec is not None and self._claim(spec):
-                self._start(spec)
-                continue
+                if self._start(spec, prefetched=True) is not None:
+                    continue
+                self._guard("the claim board", self.claims.release, spec.nodeid)  # pytest's thread refused it
             self._slots.release()
             if spec is not None:
                 continue  # another process claimed it just now
@@ -472,7 +508,7 @@ class Dispatcher:
         if admission is None:
             return self._next_candidate()
         for spec in list(self._held_back):
-            if spec.nodeid in self._started or self.claims.claimed(spec.nodeid):
+            if spec.nodeid in self._started or spec.nodeid in self._refused or self.claims.claimed(spec.nodeid):
                 self._held_back.remove(spec)  # started since (by pytest's thread or another process)
                 continue
             decision = admission.decide(spec)
@@ -542,11 +578,15 @@ class Dispatcher:
             return future
         return self._start(spec)
 
-    def _start(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome]:
-        """Run a claimed trial; the caller holds a slot, which the rollout releases."""
+    def _start(self, spec: TrialSpec, prefetched: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
+        """Run a claimed trial; the caller holds a slot, which the rollout releases. A prefetched trial that
+        pytest's thread refused since the feeder decided is not run (None): checked under the lock that
+        ``_refuse`` takes."""
         future: concurrent.futures.Future[TrialOutcome] = concurrent.futures.Future()
         future.set_running_or_notify_cancel()
         with self._lock:
+            if prefetched and spec.nodeid in self._refused:
+                return None
             self._running[spec.nodeid] = future
         self._started.add(spec.nodeid)
         self.counts["ran"] += 1

@@ -25,6 +25,7 @@ from pytest_gym.core.dataset import Task, read_tasks
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout import dispatcher as dispatch
+from pytest_gym.rollout.admission import Decision, NotAdmitted
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, GlobalSlots, alive, worker_share
 from pytest_gym.rollout.dispatcher import Dispatcher
 from pytest_gym.xdist_hooks import worker_slot
@@ -496,3 +497,93 @@ def test_close_shuts_the_event_loop_and_its_thread(fake: StandinGym, tmp_path: P
     dispatcher.close()  # a second close (the session's end after a crash path) is harmless
     with pytest.raises(concurrent.futures.CancelledError):  # not "RuntimeError: Event loop is closed"
         dispatcher.result(specs[2])
+
+
+# -- a trial refused by the process that reports it is run by nobody ------------------------
+
+
+class SplitAdmission:
+    """Refuses every trial to pytest's thread; to the loop (a feeder whose view of the ledger lags behind), it
+    says wait until pytest's thread has refused, then start: the race of two processes reading one ledger."""
+
+    def __init__(self) -> None:
+        self.refused = threading.Event()
+        self.ledger = self
+        self.loop_asks = self.loop_asks_after_refusal = 0
+
+    def decide(self, spec: TrialSpec) -> Decision:
+        if threading.current_thread() is threading.main_thread():
+            self.refused.set()
+            return Decision("skip", "budget exhausted after 10 trials", "budget")
+        self.loop_asks += 1
+        if not self.refused.is_set():
+            return Decision("wait")
+        self.loop_asks_after_refusal += 1
+        return Decision("start")
+
+    def note(self, decision: Decision) -> None:
+        pass
+
+    def record(self, outcome: TrialOutcome) -> None:
+        pass
+
+
+class AlwaysStart(SplitAdmission):
+    def decide(self, spec: TrialSpec) -> Decision:
+        return Decision("start")
+
+
+def test_a_trial_pytests_thread_refused_is_not_started_by_a_feeder_that_decided_late(
+    fake: StandinGym, tmp_path: Path
+) -> None:
+    specs = make_specs(tmp_path, 1)
+    admission = SplitAdmission()
+    dispatcher = make_dispatcher(fake, concurrency=2, admission=admission)
+    dispatcher.plan(specs)
+    try:
+        wait_for(lambda: admission.loop_asks > 0)  # the feeder holds the trial back
+        with pytest.raises(NotAdmitted):
+            dispatcher.result(specs[0])
+        assert dispatcher._feeder is not None
+        dispatcher._feeder.result(timeout=10)  # the feeder ends: nothing left to start or hold back
+        assert dispatcher.counts["ran"] == 0, admission.loop_asks_after_refusal
+    finally:
+        dispatcher.close()
+    assert runs(fake) == []
+
+
+def test_a_trial_one_worker_refused_is_not_run_by_another_that_decided_late(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 1)
+    board_dir = tmp_path / "board"
+    refusing, late = (
+        make_dispatcher(fake, concurrency=1, claims=BoardClaims(ClaimBoard(board_dir)), admission=admission)
+        for admission in (SplitAdmission(), AlwaysStart())
+    )
+    try:
+        refusing.plan(specs)
+        with pytest.raises(NotAdmitted):
+            refusing.result(specs[0])
+        late.plan(specs)
+        assert late._feeder is not None
+        late._feeder.result(timeout=10)
+        assert late.counts["ran"] == 0
+    finally:
+        late.close()
+        refusing.close()
+    assert runs(fake) == []
+
+
+def test_a_refusal_yields_to_another_workers_claim_made_first(fake: StandinGym, tmp_path: Path) -> None:
+    """Refused here, but another (live) worker claimed it a moment before: its outcome is waited for."""
+    specs = make_specs(tmp_path, 1)
+    board_dir = tmp_path / "board"
+    ClaimBoard(board_dir, pid=os.getppid()).claim(specs[0].nodeid)
+    dispatcher = make_dispatcher(
+        fake, concurrency=1, claims=BoardClaims(ClaimBoard(board_dir)), admission=SplitAdmission()
+    )
+    try:
+        assert dispatcher.start_now(specs[0]) is None  # no NotAdmitted: the claimant's outcome will count
+        assert specs[0].nodeid not in dispatcher._refused
+    finally:
+        dispatcher.close()
+    assert runs(fake) == []
