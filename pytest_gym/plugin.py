@@ -7,6 +7,7 @@ shows the plugin in use; then one ``GymSession`` (``pytest_gym.session``) holds 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -72,8 +73,20 @@ def install(config: pytest.Config, run_dir: Path | None = None) -> GymSession:
     return GymSession.install(config, run_dir)
 
 
+def _value_after_a_space(config: pytest.Config) -> bool:
+    """Whether a pytest-gym option may have been given as ``--gym-x VALUE`` (checked further only then)."""
+    args = config.invocation_params.args
+    return any(arg.startswith("--gym-") and "=" not in arg for arg in args) or "--gym-" in os.environ.get(
+        "PYTEST_ADDOPTS", ""
+    )
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and _value_after_a_space(config):
+        from pytest_gym.rootdir_check import check_rootdir
+
+        check_rootdir(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config, lambda run_dir: install(config, run_dir)), "pytest-gym-xdist")
     if in_use(config):

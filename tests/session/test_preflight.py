@@ -38,6 +38,10 @@ def test_a_relative_gym_cli_is_from_where_pytest_started(pytester: pytest.Pytest
     (sub / "pytest.ini").write_text("[pytest]\n")
     os.chdir(sub)  # pytester restores the working folder
     args = [a if a != "fake" else "mcqa" for a in start_args(Path("../venv/bin/gym"))]
+    at = args.index(
+        "--gym-cli"
+    )  # after a space, ../venv/bin/gym would move pytest's rootdir (tests/session/test_rootdir_check.py)
+    args[at : at + 2] = [f"--gym-cli={args[at + 1]}"]
     pytester.runpytest("--gym-dataset", "example.jsonl", *args).assert_outcomes(passed=5)
 
 
