@@ -4,7 +4,8 @@ pytest looks for its configuration file (and so its rootdir) before it loads plu
 ``--gym-reuse /tmp/kept`` is an unknown option followed by a path, and the path counts as one of the test
 paths. A folder outside the project then makes pytest miss the project's ini file: its ``gym_*`` settings are
 not read, and "no tests collected" is all it says. ``--gym-reuse=/tmp/kept`` is not affected. This module finds
-the case after the fact (pytest's own search again, with and without those values) and names the fix.
+the case after the fact (pytest's own search again, with and without those values): where it made pytest miss
+a configuration file, a usage error names the fix.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def values_after_a_space(args: Sequence[str], invocation_dir: Path) -> list[tupl
     return found
 
 
-def _rootdir(config: pytest.Config, args: Sequence[str]) -> Path | None:
-    """The rootdir pytest's own search gives for these test paths; None where this pytest's search differs."""
+def _setup(config: pytest.Config, args: Sequence[str]) -> tuple[Path, Path | None] | None:
+    """The rootdir and configuration file pytest's own search gives for these test paths; None where this pytest's
+    search is not the one known here."""
     try:
         from _pytest.config.findpaths import determine_setup
     except ImportError:
@@ -53,10 +55,10 @@ def _rootdir(config: pytest.Config, args: Sequence[str]) -> Path | None:
     if not set(kwargs) <= set(parameters):
         return None
     try:
-        rootpath = determine_setup(**kwargs)[0]
+        found = determine_setup(**kwargs)
     except Exception:  # pytest's own errors (a bad -c) are reported by pytest
         return None
-    return Path(rootpath)
+    return Path(found[0]), None if found[1] is None else Path(found[1])
 
 
 def check_rootdir(config: pytest.Config) -> None:
@@ -74,13 +76,14 @@ def check_rootdir(config: pytest.Config) -> None:
     except Exception:
         return
     clean = [arg for arg in test_paths if arg not in values]
-    moved = _rootdir(config, [*clean, *values])
-    meant = _rootdir(config, clean)
-    if moved is None or meant is None or moved == meant or moved != config.rootpath:
-        return
+    moved, meant = _setup(config, [*clean, *values]), _setup(config, clean)
+    if moved is None or meant is None or moved[0] != config.rootpath:
+        return  # not what this pytest did: say nothing rather than something wrong
+    if meant[1] is None or meant[1] == moved[1]:
+        return  # no configuration file was missed (a moved rootdir alone changes nothing the run reads)
     flag, value = suspects[0]
     raise pytest.UsageError(
-        f"pytest took its rootdir ({config.rootpath}) from the value of {flag} ({value}), not {meant}, so it did not "
-        f"read the configuration file of {meant}: pytest looks for it before it loads plugins, when a plugin "
+        f"pytest took its rootdir ({config.rootpath}) from the value of {flag} ({value}), not {meant[0]}, so it did "
+        f"not read {meant[1]}: pytest looks for its configuration file before it loads plugins, when a plugin "
         f"option's value after a space counts as a test path. Write {flag}={value} (or pass --rootdir)."
     )

@@ -18,7 +18,10 @@ def test_a_folder_outside_the_project_after_a_space_is_a_usage_error_naming_the_
     result = pytester.runpytest("--collect-only", "-q", "--gym-run-dir", str(outside))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        [f"*pytest took its rootdir * from the value of --gym-run-dir ({outside}), not {pytester.path}*"]
+        [
+            f"*pytest took its rootdir * from the value of --gym-run-dir ({outside}), not {pytester.path}, "
+            f"so it did not read {pytester.path / 'tox.ini'}:*"
+        ]
     )
     result.stderr.fnmatch_lines([f"*Write --gym-run-dir={outside} (or pass --rootdir).*"])
 
@@ -52,4 +55,17 @@ def test_a_value_inside_the_project_run_from_elsewhere_is_no_error(
     (project / "runs").mkdir()
     result = pytester.runpytest("--collect-only", "-q", str(project), "--gym-run-dir", str(project / "runs"))
     assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["5 tests collected*"])
+
+
+def test_with_no_configuration_file_to_miss_a_path_outside_after_a_space_is_no_error(
+    pytester: pytest.Pytester, example: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """pytest's rootdir moves, but no ini file goes unread: the run goes on as before."""
+    for name in ("tox.ini", "pytest.ini", "setup.cfg", "pyproject.toml"):
+        (pytester.path / name).unlink(missing_ok=True)
+    data = tmp_path_factory.mktemp("data") / "example.jsonl"
+    data.write_text((pytester.path / "example.jsonl").read_text())
+    result = pytester.runpytest("--collect-only", "-q", "--gym-url", "http://127.0.0.1:9", "--gym-dataset", str(data))
+    assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     result.stdout.fnmatch_lines(["5 tests collected*"])
