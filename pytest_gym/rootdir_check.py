@@ -68,15 +68,14 @@ def check_rootdir(config: pytest.Config) -> None:
     suspects = values_after_a_space(args, invocation.dir)
     if not suspects:
         return
-    values = {value for _, value in suspects}
-    # What pytest's early parse took for test paths: every argument that is not an option, nor a known option's
-    # value (pytest's own, xdist's, ours), then with the values of ours that it took for paths.
+    # The test paths: every argument that is not an option nor a known option's value (pytest's own, xdist's,
+    # ours); pytest's early search took ours for test paths too.
     try:
         test_paths = [str(arg) for arg in config._parser.parse_known_args(args).file_or_dir]
     except Exception:
         return
-    clean = [arg for arg in test_paths if arg not in values]
-    moved, meant = _setup(config, [*clean, *values]), _setup(config, clean)
+    moved = _setup(config, [*test_paths, *(value for _, value in suspects)])
+    meant = _setup(config, test_paths)
     if moved is None or meant is None or moved[0] != config.rootpath:
         return  # not what this pytest did: say nothing rather than something wrong
     if meant[1] is None or meant[1] == moved[1]:

@@ -41,7 +41,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
 
 from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint
@@ -365,11 +364,9 @@ class Dispatcher:
                 return None
             timed_out = decision.action == "wait" and (self._stopping or time.monotonic() >= deadline)
             if decision.action == "skip" or timed_out:
-                refused = self._refuse(spec)
-                if refused is None:
-                    raise _ClaimedElsewhere()
-                if refused is not True:
-                    return refused  # started here meanwhile: its result counts
+                started = self._refuse(spec)
+                if started is not None:
+                    return started  # started here meanwhile: its result counts
                 if timed_out:
                     wait_s = f"{self.claim_wait_s:g}"
                     raise NotAdmitted(
@@ -382,21 +379,21 @@ class Dispatcher:
             self._finished.wait(_QUEUE_POLL_S)
             self._finished.clear()
 
-    def _refuse(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | Literal[True] | None:
-        """Make a refusal final: True once no process can start the trial any more. The admission's view of the
+    def _refuse(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | None:
+        """Make a refusal final: None once no process can start the trial any more. The admission's view of the
         ledger differs by a moment between the feeder and another process: one of them may have decided to
         start it before the rollout that spent the budget was counted. A rollout already started here is
-        returned; None when another process claimed it first (its outcome is waited for)."""
+        returned; ``_ClaimedElsewhere`` when another process claimed it first (its outcome is waited for)."""
         with self._lock:
             future = self._running.get(spec.nodeid)
             if future is not None:
                 return future
             self._refused.add(spec.nodeid)  # the feeder, checking under the lock, starts it no more
         if self.claims.claim(spec.nodeid):
-            return True  # claimed and never published: no other process starts it either
+            return None  # claimed and never published: no other process starts it either
         with self._lock:
             self._refused.discard(spec.nodeid)
-        return None
+        raise _ClaimedElsewhere()
 
     def wait(self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> TrialOutcome:
         try:
