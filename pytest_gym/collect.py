@@ -1,10 +1,11 @@
 """Collection: a jsonl dataset (or a suite file) becomes one trial item per (distinct row, repeat).
 
 Trials are real ``pytest.Function`` items, so fixtures, ``--setup-plan``,
-``-k``, ``--lf`` and ``record_property`` work on them as on any test. Their
-function requests ``gym_rollout``, which runs the rollout in the setup phase
-(an infrastructure fault is an *error*); the reward is judged in the call
-phase (a low reward is a *failure*).
+``-k``, ``--lf`` and ``record_property`` work on them as on any test. An item
+runs its rollout in its setup phase (an infrastructure fault is an *error*)
+and judges the reward in its call phase (a low reward is a *failure*), itself
+rather than through a fixture: pytest's fixture machinery would cost about a
+third of a trial's CPU in this process (``benchmarks/cpu.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pytest_gym.core.outcome import TRIALS_PROPERTY, TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.core.taskrule import parse_task_rule
-from pytest_gym.current import current_session
+from pytest_gym.current import SessionView, current_session
 from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.gates import parse_gate, unreachable
 from pytest_gym.judge.known import KnownFailures
@@ -119,30 +120,42 @@ def check_reward(
         item.add_marker(pytest.mark.xfail(reason=reason, strict=strict_known))
 
 
-def gym_trial(gym_rollout: TrialOutcome, request: pytest.FixtureRequest) -> None:
-    """Judge one trial's reward (the rollout already ran in setup)."""
-    spec: TrialSpec = request.node.spec
-    session = current_session(request.config)
+def judged_by_the_item() -> None:
+    """The function of every trial and task item: the item runs its trials in ``setup`` and judges them in
+    ``runtest`` (a fixture per trial would cost more CPU than the rest of the item's own work)."""
+
+
+def judge_trial(item: GymTrial, outcome: TrialOutcome) -> None:
+    """Judge one trial's reward (its rollout ran in setup)."""
+    spec = item.spec
+    session = current_session(item.config)
     record = None
     if session is not None:  # where Gym's tools (and a reader) find the whole trial
         record = (
             f"{session.run_dir / ROLLOUTS_FILE} (_ng_task_index={spec.task_index}, _ng_rollout_index={spec.repeat})"
         )
     check_reward(
-        gym_rollout,
+        outcome,
         spec.min_reward,
         spec.reward_key,
         xfail=spec.xfail_low,
         record=record,
         trace_url=spec.trace_url,
         known=session.known if session is not None else None,
-        item=request.node,
+        item=item,
         strict_known=session is not None and session.settings.known_failures_strict,
     )
 
 
 class _GymItem(pytest.Function):
-    """What trial and task items share: how a failure pytest-gym raised on them is shown."""
+    """What trial and task items share: their trials run in setup (not under ``--setup-plan``, which runs
+    nothing), and how a failure pytest-gym raised on them is shown."""
+
+    def _session_view(self) -> SessionView | None:
+        """The run's session, None under ``--setup-plan`` (it plans, nothing runs) and with pytest-gym unused."""
+        if getattr(self.config.option, "setupplan", False):
+            return None
+        return current_session(self.config)
 
     def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
         """For a failure pytest-gym raised (``pytest.fail(..., pytrace=False)`` in this package), the last entry
@@ -168,10 +181,26 @@ class GymTrial(_GymItem):
     """One repeat of one task. ``spec`` carries the task, its hash, line and repeat index."""
 
     spec: TrialSpec
+    #: The trial's finished rollout, from setup to teardown.
+    outcome: TrialOutcome | None = None
 
     @property
     def specs(self) -> list[TrialSpec]:
         return [self.spec]
+
+    def setup(self) -> None:
+        super().setup()
+        session = self._session_view()
+        if session is not None:
+            self.outcome = session.trial_outcome(self)
+
+    def runtest(self) -> None:
+        if self.outcome is not None:
+            judge_trial(self, self.outcome)
+
+    def teardown(self) -> None:
+        self.outcome = None  # the answer can be large; pytest keeps its items until the end
+        super().teardown()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -203,6 +232,23 @@ class GymTask(_GymItem):
 
     specs: list[TrialSpec]
     rule: str = "all"
+    #: The task's trials as setup found them, from setup to teardown.
+    task_run: TaskRun | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        view = self._session_view()
+        if view is not None:
+            session = self.session
+            self.task_run = run_task(self, lambda spec: view.spec_outcome(session, spec))
+
+    def runtest(self) -> None:
+        if self.task_run is not None:
+            judge_task(self, self.task_run)
+
+    def teardown(self) -> None:
+        self.task_run = None
+        super().teardown()
 
     def reportinfo(self) -> tuple[Path, int, str]:
         task = self.specs[0].task
@@ -271,13 +317,11 @@ def run_task(item: GymTask, outcome_of: Callable[[TrialSpec], TrialOutcome]) -> 
     return TaskRun(ran, verdict, successes)
 
 
-def gym_task(gym_task_run: TaskRun, request: pytest.FixtureRequest) -> None:
+def judge_task(item: GymTask, run: TaskRun) -> None:
     """Judge one task by --gym-task-pass (its trials ran in setup)."""
-    if gym_task_run.passed:
+    if run.passed:
         return
-    item: GymTask = request.node
     spec = item.specs[0]
-    run = gym_task_run
     rewards = ", ".join(f"{o.reward:g}" for o in run.outcomes if o.reward is not None)
     head = (
         f"task {spec.task.short_hash} ({spec.task.path}:{spec.task.line}) failed --gym-task-pass {item.rule}: "
@@ -373,7 +417,7 @@ class GymDatasetFile(pytest.File):
                 continue
             for repeat in range(self.repeats):
                 name = f"{base}[r{repeat}]"
-                item = GymTrial.from_parent(self, name=name, callobj=gym_trial, fixtureinfo=fixtureinfo)
+                item = GymTrial.from_parent(self, name=name, callobj=judged_by_the_item, fixtureinfo=fixtureinfo)
                 for mark in task_marks:
                     item.add_marker(mark)
                 item.spec = TrialSpec(
@@ -392,7 +436,7 @@ class GymDatasetFile(pytest.File):
 
     def _task_item(self, task: Task, name: str, index: int, marks: Iterable[pytest.MarkDecorator]) -> GymTask:
         """--gym-verdict task: one item for all the task's repeats (their node ids stay ``<task>[rN]``)."""
-        item: GymTask = GymTask.from_parent(self, name=name, callobj=gym_task)
+        item: GymTask = GymTask.from_parent(self, name=name, callobj=judged_by_the_item)
         for mark in marks:
             item.add_marker(mark)
         item.rule = self.task_pass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
@@ -19,8 +19,7 @@ from pytest_gym.current import SESSION_PLUGIN
 from pytest_gym.xdist_hooks import XdistHooks
 
 if TYPE_CHECKING:
-    from pytest_gym.collect import GymDatasetFile, TaskRun
-    from pytest_gym.core.outcome import TrialOutcome
+    from pytest_gym.collect import GymDatasetFile
     from pytest_gym.runner.server import GymServer
     from pytest_gym.session import GymSession
 
@@ -111,29 +110,6 @@ def _session(request: pytest.FixtureRequest) -> GymSession:
 def gym_server(request: pytest.FixtureRequest) -> GymServer:
     """The run's Gym deployment (started once, or attached with --gym-url)."""
     return _session(request).open_gym(request.session)
-
-
-@pytest.fixture
-def gym_rollout(request: pytest.FixtureRequest) -> TrialOutcome:
-    """This trial's finished rollout. Runs in setup, so an infrastructure fault is an error."""
-    from pytest_gym.collect import GymTrial
-
-    node: Any = request.node
-    if not isinstance(node, GymTrial):
-        pytest.fail("gym_rollout is only for trial items; use gym_server.run(row) in your own tests", pytrace=False)
-    return _session(request).trial_outcome(node)
-
-
-@pytest.fixture
-def gym_task_run(request: pytest.FixtureRequest) -> TaskRun:
-    """--gym-verdict task: this task's trials, run (or taken) in setup; a fault that leaves it undecided errors."""
-    from pytest_gym.collect import GymTask, run_task
-
-    node: Any = request.node
-    if not isinstance(node, GymTask):
-        pytest.fail("gym_task_run is only for task items (--gym-verdict task)", pytrace=False)
-    session = _session(request)
-    return run_task(node, lambda spec: session.spec_outcome(request.session, spec))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gym.core.dataset import task_hash
+from tests.helpers.standin import StandinGym
 
 
 def row(answer: str) -> dict[str, object]:
@@ -201,3 +202,33 @@ def test_row_hook_can_drop_rows(pytester: pytest.Pytester, dataset: Path) -> Non
     result = pytester.runpytest("--gym-dataset", str(dataset), "--co", "-q", *NO_GYM)
     result.stdout.fnmatch_lines(["2 tests collected*"])
     assert HASHES[1] not in result.stdout.str()
+
+
+@pytest.mark.parametrize("verdict", ["trial", "task"])
+def test_setup_plan_runs_no_rollout_and_setup_only_runs_each_once(
+    pytester: pytest.Pytester, dataset: Path, verdict: str
+) -> None:
+    """Items run their trials in their own setup, not through a fixture: ``--setup-plan`` must still run nothing,
+    and ``--setup-only`` (setup, no call) each trial once, its fixtures (an autouse one here) around it."""
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture(autouse=True)
+        def around(request):
+            print("AROUND", request.node.name)
+        """
+    )
+    gym = StandinGym("agent")
+    try:
+        args = ("--gym-dataset", str(dataset), f"--gym-url={gym.base_url}", "--gym-repeats", "2")
+        planned = pytester.runpytest(*args, "--gym-verdict", verdict, "--setup-plan", "-p", "no:xdist")
+        assert planned.ret == 0
+        planned.stdout.fnmatch_lines(["*SETUP    F around*"])
+        assert gym.calls.get("/run", 0) == 0
+        ran = pytester.runpytest(*args, "--gym-verdict", verdict, "--setup-only", "-s", "-p", "no:xdist")
+        assert ran.ret == 0
+        assert gym.calls.get("/run", 0) == 6
+        assert ran.stdout.str().count("AROUND ") == (6 if verdict == "trial" else 3)
+    finally:
+        gym.close()
