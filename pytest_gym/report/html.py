@@ -75,6 +75,7 @@ from pytest_gym.runfolder.records import (
     TASK_INDEX_KEY,
     TRACE_ID_KEY,
     Failure,
+    Stamps,
     failure_of,
     finite,
     read_records,
@@ -213,6 +214,8 @@ class _Trial:
     record: dict[str, Any]
     ok: bool
     nodeid: str | None
+    #: The record's stamps, validated once (None: not read yet).
+    stamps: Stamps | None = None
 
 
 @dataclass
@@ -223,8 +226,7 @@ class _Task:
     trials: dict[int, _Trial] = field(default_factory=dict)
 
 
-def _suite_and_key(record: Mapping[str, Any]) -> tuple[str, str]:
-    found = stamps(record)
+def _suite_and_key(found: Stamps) -> tuple[str, str]:
     suite = found.suite or found.agent or "rollouts"
     if found.task_hash:
         return suite, found.task_hash
@@ -245,16 +247,16 @@ def _collect(run_dir: Path, mask: _Masker) -> dict[tuple[str, str], _Task]:
     # Failures first: a trial with both (it cannot happen, but a folder may be assembled by hand) shows its reward.
     for name, ok in ((FAILURES_FILE, False), (ROLLOUTS_FILE, True)):
         for record in read_records(run_dir / name):
-            suite, key = _suite_and_key(record)
+            found = stamps(record)
+            suite, key = _suite_and_key(found)
             suite = mask.text(suite)
             task = tasks.get((suite, key))
             if task is None:
                 task = tasks[(suite, key)] = _Task(suite, key)
-            found = stamps(record)
             if found.task_index is not None:
                 task.index = found.task_index
             repeat = found.repeat if found.repeat is not None else len(task.trials)
-            task.trials[repeat] = _Trial(repeat, record, ok, found.nodeid)
+            task.trials[repeat] = _Trial(repeat, record, ok, found.nodeid, found)
     return tasks
 
 
@@ -492,7 +494,7 @@ class _Builder:
                 found_stamps = stamps(record)
                 row = rows.get(found_stamps.task_hash or "") or {}
                 short = (found_stamps.task_hash or "")[:12]
-                return self._trial(_Trial(repeat, record, scored, None), row, key, short, name)
+                return self._trial(_Trial(repeat, record, scored, None, found_stamps), row, key, short, name)
 
             return trial
 
@@ -577,7 +579,7 @@ class _Builder:
 
     def _trial(self, trial: _Trial, row: Mapping[str, Any], reward_key: str, short: str, suite: str) -> dict[str, Any]:
         mask, record = self.mask, trial.record
-        found = stamps(record)
+        found = trial.stamps or stamps(record)
         out: dict[str, Any] = {"r": trial.repeat}
         if trial.nodeid and trial.nodeid != f"{suite}::{short}[r{trial.repeat}]":
             out["nodeid"] = mask.text(trial.nodeid)  # the page builds the usual node id itself
