@@ -18,6 +18,7 @@ from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter
+from tests.helpers.gym_tools import run_gym, run_gym_commands
 from tests.helpers.paths import ROOT
 from tests.helpers.run_records import AGENT, SERVER, faulted, request_for, rewarded
 
@@ -40,13 +41,6 @@ def mcqa_data(cli: Path) -> Path:
     if not found:
         pytest.fail(f"no resources_servers/mcqa/data next to {cli}: is it a nemo-gym 0.7 install?")
     return found[0]
-
-
-def run_gym(cli: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    # Gym's config system writes a Hydra outputs/ folder into its working directory.
-    return subprocess.run(
-        [str(cli), *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False, stdin=subprocess.DEVNULL
-    )
 
 
 def gym_trajectory(answer: dict[str, Any], model: str = "policy_model") -> dict[str, Any]:
@@ -184,7 +178,7 @@ def test_gym_exports_our_rollouts_as_atif(tmp_path: Path) -> None:
         writer.record(rewarded(answer, request_for(row, 0, 0)))
 
     result = run_gym(
-        cli,
+        str(cli),
         *("eval", "export", "--format", "atif", "--rollouts", str(tmp_path / "run" / ROLLOUTS_FILE)),
         *("--output-dir", str(tmp_path / "atif"), "--session-id", "pytest-gym", "--agent-version", "test"),
         cwd=tmp_path,
@@ -209,7 +203,7 @@ def test_gym_export_rejects_a_rollout_without_trajectory_only_for_that(tmp_path:
     with RunFolderWriter(tmp_path / "run") as writer:
         writer.record(rewarded(answer, request_for({"responses_create_params": {}}, 0, 0)))
     result = run_gym(
-        cli,
+        str(cli),
         *("eval", "export", "--format", "atif", "--rollouts", str(tmp_path / "run" / ROLLOUTS_FILE)),
         *("--output-dir", str(tmp_path / "atif"), "--session-id", "s", "--agent-version", "v"),
         cwd=tmp_path,
@@ -229,19 +223,23 @@ def test_gyms_profile_and_health_check_read_our_run_folder(tmp_path: Path) -> No
             writer.record(outcome)
     rewards = [o.reward for o in outcomes if o.reward is not None]
 
-    profile = run_gym(
-        cli,
-        *("eval", "profile", "--inputs", str(run / MATERIALIZED_FILE), "--rollouts", str(run / ROLLOUTS_FILE)),
-        "++allow_partial_rollouts=True",  # the faulted rollout has an input and no result, as in Gym's own runs
-        cwd=tmp_path,
-    )
+    profile, health = run_gym_commands(  # in turn, in one process: Gym's imports are most of each command's cost
+        str(cli),
+        [
+            (
+                ["eval", "profile", "--inputs", str(run / MATERIALIZED_FILE), "--rollouts", str(run / ROLLOUTS_FILE),
+                 "++allow_partial_rollouts=True"],  # the faulted rollout has an input and no result, as in Gym's runs
+                tmp_path,
+            ),
+            (["eval", "health-check", str(run), "--json"], tmp_path),
+        ],
+    )  # fmt: skip
     assert profile.returncode == 0, profile.stdout + profile.stderr
     assert f"Reward profile completion: {len(rewards)}/{len(outcomes)} rollout rows" in profile.stdout
     [metrics] = json.loads((run / "rollouts_agent_metrics.json").read_text())
     assert metrics["agent_ref"] == {"name": AGENT}
     assert metrics["mean/reward"] == pytest.approx(sum(rewards) / len(rewards))
 
-    health = run_gym(cli, "eval", "health-check", str(run), "--json", cwd=tmp_path)
     assert health.returncode == 0, health.stdout + health.stderr
     report = json.loads(health.stdout.strip().splitlines()[-1])["run"]
     assert report["artifacts"]["records"] == len(rewards)

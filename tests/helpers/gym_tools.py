@@ -22,20 +22,81 @@ def run_gym(cli: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
     )
 
 
-def health(cli: str, run: Path) -> dict[str, Any]:
-    result = run_gym(cli, "eval", "health-check", str(run), "--json", cwd=run.parent)
+#: Runs several ``gym`` commands, in turn, in one process of Gym's interpreter: each command's imports are most
+#: of its cost (6-9 s of CPU), and mostly the same. Each runs as ``gym ARGS`` would (its argv, its folder, its
+#: exit status), its output caught at the file descriptors (what it writes by any means); Gym's config, parsed
+#: once per process from the command line and cached (``nemo_gym.global_config``), is dropped before each.
+#: Reads a JSON list of {"args", "cwd"} on stdin, writes a JSON list of {"returncode", "stdout", "stderr"} on
+#: its last line.
+_BATCH = r"""
+import json, os, sys, tempfile, traceback
+import nemo_gym.global_config
+from nemo_gym.cli.main import main
+
+results = []
+for item in json.loads(sys.stdin.read()):
+    caught = [tempfile.TemporaryFile(), tempfile.TemporaryFile()]
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(caught[0].fileno(), 1), os.dup2(caught[1].fileno(), 2)
+    code = 0
+    nemo_gym.global_config._GLOBAL_CONFIG_DICT = None  # parsed again from this command's argv
+    try:
+        os.chdir(item["cwd"])
+        sys.argv = ["gym", *item["args"]]
+        try:
+            code = main() or 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+    texts = []
+    for handle in caught:
+        handle.seek(0)
+        texts.append(handle.read().decode("utf-8", "replace"))
+        handle.close()
+    results.append({"returncode": code, "stdout": texts[0], "stderr": texts[1]})
+sys.stdout.write("\n" + json.dumps(results) + "\n")
+"""
+
+
+def run_gym_commands(cli: str, commands: list[tuple[list[str], Path]]) -> list[subprocess.CompletedProcess[str]]:
+    """``gym ARGS`` in folder ``cwd`` for each (ARGS, cwd), in turn, in one process of Gym's interpreter."""
+    python = str(Path(cli).parent / "python")
+    payload = json.dumps([{"args": args, "cwd": str(cwd)} for args, cwd in commands])
+    done = subprocess.run(
+        [python, "-c", _BATCH], input=payload, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return [
+        subprocess.CompletedProcess(["gym", *args], r["returncode"], r["stdout"], r["stderr"])
+        for (args, _), r in zip(commands, results, strict=True)
+    ]
+
+
+def health_args(run: Path) -> list[str]:
+    return ["eval", "health-check", str(run), "--json"]
+
+
+def health_report(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The run's part of what ``gym eval health-check --json`` printed."""
     assert result.returncode in (0, 1), result.stdout + result.stderr  # 1: some rollout unhealthy
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])["run"]
     return report
 
 
-def export_atif(cli: str, rollouts: Path, out: Path) -> subprocess.CompletedProcess[str]:
-    return run_gym(
-        cli,
+def export_atif_args(rollouts: Path, out: Path) -> list[str]:
+    return [
         *("eval", "export", "--format", "atif", "--rollouts", str(rollouts), "--output-dir", str(out)),
         *("--session-id", "pytest-gym", "--agent-version", "test"),
-        cwd=out.parent,
-    )
+    ]
 
 
 def check_run_folder(
@@ -59,37 +120,43 @@ def check_run_folder(
         # Gym's simple_agent notes that the verifier reported no `resolved`: the only gap, as in `gym eval run`.
         assert [gap["code"] for gap in record["ng_trajectory"]["gaps"]] == ["resolution_unavailable"]
 
-    report = health(cli, run)
+    commands = [(health_args(run), run.parent)]
+    if tools:
+        whole = run.parent / f"{run.name}-resolved.jsonl"  # the records without Gym's one gap (below)
+        with whole.open("w") as fh:
+            for record in records:
+                record["ng_trajectory"]["gaps"] = []
+                fh.write(json.dumps(record) + "\n")
+        commands += [
+            (export_atif_args(run / "rollouts.jsonl", run.parent / f"{run.name}-atif"), run.parent),
+            (export_atif_args(whole, run.parent / f"{run.name}-atif-resolved"), run.parent),
+            (
+                ["eval", "profile", "--inputs", str(run / "rollouts_materialized_inputs.jsonl"),
+                 "--rollouts", str(run / "rollouts.jsonl")],
+                run.parent,
+            ),
+        ]  # fmt: skip
+    results = run_gym_commands(cli, commands)
+
+    report = health_report(results[0])
     assert report["artifacts"]["records"] == trials
     verdicts = report["verdicts"]
     assert verdicts["unobserved"] == 0, verdicts
     assert verdicts["healthy"] + verdicts["unhealthy"] == trials
     if not tools:
         return
+    rejected, exported, profile = results[1:]
 
     # Strict ATIF export refuses source-coverage gaps; this run's only one is Gym's own "resolution_unavailable".
-    rejected = export_atif(cli, run / "rollouts.jsonl", run.parent / f"{run.name}-atif")
     assert rejected.returncode != 0
     reasons = [line for line in (rejected.stdout + rejected.stderr).splitlines() if line.startswith("- line")]
     assert len(reasons) == trials, reasons
     assert all("ng_trajectory.gaps" in line for line in reasons), reasons
     # Without it, every trial exports: the trajectories are whole.
-    whole = run.parent / f"{run.name}-resolved.jsonl"
-    with whole.open("w") as fh:
-        for record in records:
-            record["ng_trajectory"]["gaps"] = []
-            fh.write(json.dumps(record) + "\n")
-    exported = export_atif(cli, whole, run.parent / f"{run.name}-atif-resolved")
     assert exported.returncode == 0, exported.stdout + exported.stderr
     manifest = read_jsonl(run.parent / f"{run.name}-atif-resolved" / "manifest.jsonl")
     assert len(manifest) == trials
 
-    profile = run_gym(
-        cli,
-        *("eval", "profile", "--inputs", str(run / "rollouts_materialized_inputs.jsonl")),
-        *("--rollouts", str(run / "rollouts.jsonl")),
-        cwd=run.parent,
-    )
     assert profile.returncode == 0, profile.stdout + profile.stderr
     assert f"Reward profile completion: {trials}/{trials} rollout rows" in profile.stdout
 
