@@ -21,6 +21,7 @@ import xmlschema
 
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, ROLLOUTS_FILE
+from tests.helpers.gym_tools import run_gym_commands
 from tests.helpers.paths import EXAMPLE, ROOT
 from tests.helpers.realgym import RealGym
 
@@ -190,15 +191,20 @@ def test_three_shards_merged_judge_like_one_unsharded_run(
     left_out = set(gyms["agent_metrics"]) - set(ours["agent_metrics"]) - {"per_sample_aggregate"}
     assert left_out
     assert [k for k in left_out if "majority@" not in k and "no_answer" not in k] == []  # mcqa's own extras
-    for baseline, candidate in (("whole", "merged"), ("merged", "whole")):
-        compared = subprocess.run(
-            [
-                gym.cli, "eval", "compare",
-                "--baseline", f"runs/{baseline}/{ROLLOUTS_FILE}", "--candidates", f"runs/{candidate}/{ROLLOUTS_FILE}",
-                "--output-dir", f"compare-{candidate}", "--report-format", "json",
-            ],
-            cwd=pytester.path, capture_output=True, text=True, timeout=180, check=False,
-        )  # fmt: skip
+    pairs = (("whole", "merged"), ("merged", "whole"))
+    comparisons = run_gym_commands(  # in turn, in one process of Gym's interpreter
+        gym.cli,
+        [
+            (
+                ["eval", "compare", "--baseline", f"runs/{baseline}/{ROLLOUTS_FILE}",
+                 "--candidates", f"runs/{candidate}/{ROLLOUTS_FILE}", "--output-dir", f"compare-{candidate}",
+                 "--report-format", "json"],
+                pytester.path,
+            )
+            for baseline, candidate in pairs
+        ],
+    )  # fmt: skip
+    for (_, candidate), compared in zip(pairs, comparisons, strict=True):
         assert compared.returncode == 0, compared.stdout[-2000:] + compared.stderr[-2000:]
         (report,) = (pytester.path / f"compare-{candidate}").glob("*.json")
         (comparison,) = json.loads(report.read_text())["comparisons"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
-from tests.helpers.gym_tools import TOOL_SCRIPT, check_run_folder, run_gym, tool_call_args, tool_call_example
+from tests.helpers.gym_tools import TOOL_SCRIPT, check_run_folder, tool_call_args, tool_call_example
 from tests.helpers.realgym import reuse, start_mode
 
 
@@ -47,16 +47,16 @@ def test_two_datasets_in_one_run_keep_their_trajectories_apart(
     )
     result.assert_outcomes(passed=4, failed=6)
     run = pytester.path / "run"
-    check_run_folder(gym_cli, run, [example, other], 10, "mcqa_environment_server", 0)
+    compare_args = [
+        *("eval", "compare", "--baseline", str(run / "rollouts.jsonl"), "--candidates", str(run / "rollouts.jsonl")),
+        *("--output-dir", "compare", "--report-format", "json"),
+    ]
+    [compare] = check_run_folder(
+        gym_cli, run, [example, other], 10, "mcqa_environment_server", 0, also=[(compare_args, pytester.path)]
+    )
     ids = [record["_ng_rollout_id"] for record in read_jsonl(run / "rollouts.jsonl")]
     assert len(set(ids)) == 10, ids
     assert len(list((run / "model_calls").glob("*.capture.jsonl"))) == 10
-    compare = run_gym(
-        gym_cli,
-        *("eval", "compare", "--baseline", str(run / "rollouts.jsonl"), "--candidates", str(run / "rollouts.jsonl")),
-        *("--output-dir", "compare", "--report-format", "json"),
-        cwd=pytester.path,
-    )
     assert compare.returncode == 0, compare.stdout + compare.stderr
     assert list((pytester.path / "compare").glob("*.json"))
 

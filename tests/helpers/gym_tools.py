@@ -100,10 +100,18 @@ def export_atif_args(rollouts: Path, out: Path) -> list[str]:
 
 
 def check_run_folder(
-    cli: str, run: Path, datasets: list[Path], trials: int, env_server: str, tool_calls: int, tools: bool = True
-) -> None:
+    cli: str,
+    run: Path,
+    datasets: list[Path],
+    trials: int,
+    env_server: str,
+    tool_calls: int,
+    tools: bool = True,
+    also: list[tuple[list[str], Path]] | None = None,
+) -> list[subprocess.CompletedProcess[str]]:
     """What Gym's collector writes is there, and Gym's own tools read the folder as one of theirs
-    (``tools=False``: health-check only; each of Gym's commands costs seconds of imports)."""
+    (``tools=False``: health-check only). ``also``: more of Gym's commands run in the same process (each
+    command's imports cost seconds); their results are returned."""
     records = read_jsonl(run / "rollouts.jsonl")
     assert len(records) == trials
     positions, start = {}, 0  # each dataset's range of task indices follows the one before (its rows)
@@ -136,7 +144,8 @@ def check_run_folder(
                 run.parent,
             ),
         ]  # fmt: skip
-    results = run_gym_commands(cli, commands)
+    results = run_gym_commands(cli, commands + list(also or []))
+    extra = results[len(commands) :]
 
     report = health_report(results[0])
     assert report["artifacts"]["records"] == trials
@@ -144,8 +153,8 @@ def check_run_folder(
     assert verdicts["unobserved"] == 0, verdicts
     assert verdicts["healthy"] + verdicts["unhealthy"] == trials
     if not tools:
-        return
-    rejected, exported, profile = results[1:]
+        return extra
+    rejected, exported, profile = results[1 : len(commands)]
 
     # Strict ATIF export refuses source-coverage gaps; this run's only one is Gym's own "resolution_unavailable".
     assert rejected.returncode != 0
@@ -159,6 +168,7 @@ def check_run_folder(
 
     assert profile.returncode == 0, profile.stdout + profile.stderr
     assert f"Reward profile completion: {trials}/{trials} rollout rows" in profile.stdout
+    return extra
 
 
 def tool_call_example(gym_cli: str, folder: Path) -> Path:
