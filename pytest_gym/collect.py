@@ -152,10 +152,13 @@ class _GymItem(pytest.Function):
     nothing), and how a failure pytest-gym raised on them is shown."""
 
     def _session_view(self) -> SessionView | None:
-        """The run's session, None under ``--setup-plan`` (it plans, nothing runs) and with pytest-gym unused."""
+        """The run's session; None under ``--setup-plan`` (it plans, nothing runs)."""
         if getattr(self.config.option, "setupplan", False):
             return None
-        return current_session(self.config)
+        session = current_session(self.config)
+        if session is None:  # the session collected this item: never without it, and a silent pass is no verdict
+            pytest.fail("pytest-gym's session is not installed in this process: no trial can run", pytrace=False)
+        return session
 
     def _traceback_filter(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Any:
         """For a failure pytest-gym raised (``pytest.fail(..., pytrace=False)`` in this package), the last entry

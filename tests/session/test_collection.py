@@ -232,3 +232,18 @@ def test_setup_plan_runs_no_rollout_and_setup_only_runs_each_once(
         assert ran.stdout.str().count("AROUND ") == (6 if verdict == "trial" else 3)
     finally:
         gym.close()
+
+
+def test_a_trial_without_the_session_errors_rather_than_passes(pytester: pytest.Pytester, dataset: Path) -> None:
+    """A trial item judges nothing without the run's session (a plugin removed it): an error, never a pass."""
+    pytester.makeconftest(
+        """
+        from pytest_gym.current import SESSION_KEY
+
+        def pytest_collection_finish(session):
+            del session.config.stash[SESSION_KEY]
+        """
+    )
+    result = pytester.runpytest("--gym-dataset", str(dataset), *NO_GYM, "-p", "no:xdist")
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(["*pytest-gym's session is not installed in this process: no trial can run*"])
