@@ -16,9 +16,16 @@ import pytest
 
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.outcome import TrialOutcome
-from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE
+from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter
-from tests.helpers.gym_tools import run_gym, run_gym_commands
+from tests.helpers.gym_tools import (
+    export_atif_args,
+    health_args,
+    health_report,
+    profile_args,
+    run_gym,
+    run_gym_commands,
+)
 from tests.helpers.paths import ROOT
 from tests.helpers.run_records import AGENT, SERVER, faulted, request_for, rewarded
 
@@ -177,12 +184,7 @@ def test_gym_exports_our_rollouts_as_atif(tmp_path: Path) -> None:
     with RunFolderWriter(tmp_path / "run", servers={AGENT: SERVER}) as writer:
         writer.record(rewarded(answer, request_for(row, 0, 0)))
 
-    result = run_gym(
-        str(cli),
-        *("eval", "export", "--format", "atif", "--rollouts", str(tmp_path / "run" / ROLLOUTS_FILE)),
-        *("--output-dir", str(tmp_path / "atif"), "--session-id", "pytest-gym", "--agent-version", "test"),
-        cwd=tmp_path,
-    )
+    result = run_gym(str(cli), *export_atif_args(tmp_path / "run" / ROLLOUTS_FILE, tmp_path / "atif"), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     [manifest] = read_jsonl(tmp_path / "atif" / "manifest.jsonl")
     assert (manifest["_ng_task_index"], manifest["_ng_rollout_index"]) == (0, 0)
@@ -226,14 +228,11 @@ def test_gyms_profile_and_health_check_read_our_run_folder(tmp_path: Path) -> No
     profile, health = run_gym_commands(  # in turn, in one process: Gym's imports are most of each command's cost
         str(cli),
         [
-            (
-                ["eval", "profile", "--inputs", str(run / MATERIALIZED_FILE), "--rollouts", str(run / ROLLOUTS_FILE),
-                 "++allow_partial_rollouts=True"],  # the faulted rollout has an input and no result, as in Gym's runs
-                tmp_path,
-            ),
-            (["eval", "health-check", str(run), "--json"], tmp_path),
+            # The faulted rollout has an input and no result, as in Gym's own runs.
+            (profile_args(run, "++allow_partial_rollouts=True"), tmp_path),
+            (health_args(run), tmp_path),
         ],
-    )  # fmt: skip
+    )
     assert profile.returncode == 0, profile.stdout + profile.stderr
     assert f"Reward profile completion: {len(rewards)}/{len(outcomes)} rollout rows" in profile.stdout
     [metrics] = json.loads((run / "rollouts_agent_metrics.json").read_text())
@@ -241,7 +240,7 @@ def test_gyms_profile_and_health_check_read_our_run_folder(tmp_path: Path) -> No
     assert metrics["mean/reward"] == pytest.approx(sum(rewards) / len(rewards))
 
     assert health.returncode == 0, health.stdout + health.stderr
-    report = json.loads(health.stdout.strip().splitlines()[-1])["run"]
+    report = health_report(health)
     assert report["artifacts"]["records"] == len(rewards)
     assert report["issues"]["record_unreadable"] == 0
     assert report["issues"]["rollout_duplicate_identity"] == 0

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.jsonl import read_jsonl
+from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE
 
 TOOL_SCRIPT = {"tool_name": "get_weather", "tool_arguments": '{"city": "sf"}'}
 
@@ -92,6 +93,10 @@ def health_report(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     return report
 
 
+def profile_args(run: Path, *extra: str) -> list[str]:
+    return ["eval", "profile", "--inputs", str(run / MATERIALIZED_FILE), "--rollouts", str(run / ROLLOUTS_FILE), *extra]
+
+
 def export_atif_args(rollouts: Path, out: Path) -> list[str]:
     return [
         *("eval", "export", "--format", "atif", "--rollouts", str(rollouts), "--output-dir", str(out)),
@@ -138,12 +143,8 @@ def check_run_folder(
         commands += [
             (export_atif_args(run / "rollouts.jsonl", run.parent / f"{run.name}-atif"), run.parent),
             (export_atif_args(whole, run.parent / f"{run.name}-atif-resolved"), run.parent),
-            (
-                ["eval", "profile", "--inputs", str(run / "rollouts_materialized_inputs.jsonl"),
-                 "--rollouts", str(run / "rollouts.jsonl")],
-                run.parent,
-            ),
-        ]  # fmt: skip
+            (profile_args(run), run.parent),
+        ]
     results = run_gym_commands(cli, commands + list(also or []))
     extra = results[len(commands) :]
 
