@@ -21,8 +21,14 @@ the machine), and with ``--before`` the median change from the earlier tree, rou
 Target (issue 19): a run costs at most 1.25x plain pytest's CPU.
 
 Every command runs as a normal Python does, caching bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped from
-their environment), after one warm-up run of each; ``-p no:hypothesispytest -p no:randomly`` for both (test
-dependencies of this repo, no part of pytest-gym). Every wait is bounded; everything started is stopped.
+their environment), after one warm-up run of each; ``-p no:hypothesispytest -p no:randomly -p no:anyio`` for
+both (plugins of this repo's test dependencies, no part of pytest-gym: anyio's alone, which httpx and MLflow
+bring, imports trio, about 0.2 s of every run). Every wait is bounded; everything started is stopped.
+
+Then, unless ``--no-phases``, one more run of ``pytest-gym`` and of ``plain`` (not in the medians) with
+``benchmarks/cpu_phases.py``: the CPU of each phase (start-up and collection, the trials, the end of the
+session, the terminal summary and exit), side by side, and each thread's CPU and context switches at the end
+of the trials (the dispatcher's thread and pytest's take the interpreter lock from each other).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = "cpu_agent"
@@ -99,12 +106,18 @@ class Run:
     output: str
 
 
-def run_process(args: Sequence[str], cwd: Path, timeout: float = RUN_TIMEOUT_S, pythonpath: Path | None = None) -> Run:
+def run_process(
+    args: Sequence[str],
+    cwd: Path,
+    timeout: float = RUN_TIMEOUT_S,
+    pythonpath: Path | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> Run:
     """Run a command as its own process group; CPU (user + sys) of it and its waited-for children (wait4)."""
     log = cwd / f"output-{time.monotonic_ns()}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     if pythonpath is not None:
-        env["PYTHONPATH"] = str(pythonpath)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(pythonpath), env.get("PYTHONPATH")) if p)
     for name in ("PYTEST_ADDOPTS", "PYTHONDONTWRITEBYTECODE", "PYTEST_XDIST_WORKER", "PYTEST_CURRENT_TEST"):
         env.pop(name, None)
     with log.open("wb") as out:
@@ -142,7 +155,7 @@ def last_line(text: str) -> str:
 def base_args() -> list[str]:
     return [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
-        "-p", "no:randomly",
+        "-p", "no:randomly", "-p", "no:anyio",
     ]  # fmt: skip
 
 
@@ -220,6 +233,40 @@ def paired(these: Sequence[float], those: Sequence[float]) -> float:
     return statistics.median(a / b for a, b in zip(these, those, strict=True))
 
 
+# -- where the CPU goes ----------------------------------------------------------------------------
+
+#: (label, first mark, last mark) of ``benchmarks/cpu_phases.py``'s marks.
+PHASES = (
+    ("start-up and collection", None, "collected"),
+    ("trials (pytest's run loop)", "trials_start", "trials_end"),
+    ("end of the session", "trials_end", "session_end"),
+    ("terminal summary and exit", "session_end", "exit"),
+)
+
+
+def phases(side: Side, work: Path) -> dict[str, Any]:
+    """One more run of ``side`` with ``benchmarks/cpu_phases.py``: its marks and threads."""
+    out = work / f"phases-{side.folder.name}.json"
+    shutil.rmtree(side.folder / "run", ignore_errors=True)
+    args = [*side.args[:3], "-p", "cpu_phases", *side.args[3:]]
+    pythonpath = os.pathsep.join(str(p) for p in (side.source, ROOT / "benchmarks") if p is not None)
+    run_process(args, side.folder, pythonpath=Path(pythonpath), extra_env={"CPU_PHASES_OUT": str(out)})
+    found: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
+    return found
+
+
+def print_phases(gym: dict[str, Any], plain: dict[str, Any]) -> None:
+    print("\n== where the CPU goes (one more run of each, with benchmarks/cpu_phases.py; not in the medians) ==")
+    print(f"  {'phase':<28} {'pytest-gym':>10} {'plain':>8} {'beyond plain':>13}")
+    for label, start, end in PHASES:
+        spent = [found["marks"][end] - (found["marks"][start] if start else 0.0) for found in (gym, plain)]
+        print(f"  {label:<28} {spent[0]:8.2f} s {spent[1]:6.2f} s {spent[0] - spent[1]:+11.2f} s")
+    for name, found in (("pytest-gym", gym), ("plain", plain)):
+        threads = sorted(found["threads"].items(), key=lambda item: -item[1]["cpu_s"])
+        listed = ", ".join(f"{t} {s['cpu_s']:.2f} s ({int(s['switches']):,} context switches)" for t, s in threads[:3])
+        print(f"  {name} threads at the end of the trials: {listed}")
+
+
 # -- the benchmark ---------------------------------------------------------------------------------
 
 
@@ -234,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--before", type=Path, help="a source tree of an earlier pytest-gym: also measure it, interleaved"
     )
     parser.add_argument("--workdir", type=Path, help="keep the work files here (default: a temporary folder)")
+    parser.add_argument("--no-phases", action="store_true", help="skip the extra runs that show where the CPU goes")
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.serve:
@@ -272,6 +320,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{last_line(run.output)}",
                     flush=True,
                 )
+        explained = [] if options.no_phases else [s for s in measured if s.name in ("pytest-gym", "plain")]
+        found = {side.name: phases(side, work) for side in explained}
     medians = {name: statistics.median(values) for name, values in cpu.items()}
     print("\n== medians (CPU s: user + sys of the process and its children) ==")
     ok = not problems
@@ -295,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if earlier in cpu:
             change = paired(cpu[now], cpu[earlier]) - 1
             print(f"  {now:<24} against its earlier tree, round by round: median {change:+.1%} CPU")
+    if found:
+        print_phases(found["pytest-gym"], found["plain"])
     for problem in problems:
         print("  WRONG RUN:", problem)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
