@@ -26,9 +26,10 @@ both (plugins of this repo's test dependencies, no part of pytest-gym: anyio's a
 bring, imports trio, about 0.2 s of every run). Every wait is bounded; everything started is stopped.
 
 Then, unless ``--no-phases``, one more run of ``pytest-gym`` and of ``plain`` (not in the medians) with
-``benchmarks/cpu_phases.py``: the CPU of each phase (start-up and collection, the trials, the end of the
-session, the terminal summary and exit), side by side, and each thread's CPU and context switches at the end
-of the trials (the dispatcher's thread and pytest's take the interpreter lock from each other).
+``benchmarks/cpu_phases.py``: the CPU of each phase side by side (start-up and collection; the trials; the end
+of the session: pytest-gym's verdicts and report, pytest's terminal summary; unconfigure and exit), and each
+thread's CPU and context switches at the end of the trials (the dispatcher's thread and pytest's take the
+interpreter lock from each other).
 """
 
 from __future__ import annotations
@@ -239,8 +240,8 @@ def paired(these: Sequence[float], those: Sequence[float]) -> float:
 PHASES = (
     ("start-up and collection", None, "collected"),
     ("trials (pytest's run loop)", "trials_start", "trials_end"),
-    ("end of the session", "trials_end", "session_end"),
-    ("terminal summary and exit", "session_end", "exit"),
+    ("end: verdicts, report, summary", "trials_end", "session_end"),
+    ("unconfigure and exit", "session_end", "exit"),
 )
 
 

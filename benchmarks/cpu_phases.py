@@ -3,7 +3,8 @@
 Loaded with ``-p cpu_phases`` (this folder on ``PYTHONPATH``) by one extra run of each side, never by the
 measured ones. Process CPU (all threads) at the phase boundaries: start-up until collection ends, the trials
 (pytest's run loop), the end of the session (pytest-gym judges, writes the summary and the report in its
-``pytest_sessionfinish`` wrapper), the terminal summary and the exit. At the end of the run loop, each live
+``pytest_sessionfinish`` wrapper; pytest's terminal summary is written within that hook too), unconfigure
+and the exit. At the end of the run loop, each live
 thread's CPU and its context switches (``/proc/self/task``): two threads that take the interpreter lock from
 each other switch far more often than one that waits on sockets.
 """
@@ -62,11 +63,6 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, Any, Any]:
         return (yield)
     finally:
         _marks["session_end"] = time.process_time()
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary() -> None:
-    _marks["summary_end"] = time.process_time()
 
 
 def _write() -> None:
