@@ -19,7 +19,11 @@ from tests.helpers.paths import ROOT
 
 STUBS = {
     "ensure-uv.sh": "echo uv\n",
-    "install-browser.sh": "echo 'no browser here' >&2\nexit 1\n",
+    # Fails once the leg's process is there (bounded: CI's own timeout is the test's), so the race is settled.
+    "install-browser.sh": (
+        'for _ in $(seq 200); do [ -s "$STUB_PIDS/leg-sleep" ] && break; sleep 0.05; done\n'
+        "echo 'no browser here' >&2\nexit 1\n"
+    ),
     "setup-dev.sh": "sleep 30\n",
     # test.sh --pythons (the oldest-setup leg): a grandchild that would outlive a kill of its shell alone.
     "test.sh": 'sleep 300 &\necho $! > "$STUB_PIDS/leg-sleep"\nwait\n',
