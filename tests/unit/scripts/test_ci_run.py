@@ -49,7 +49,7 @@ def test_a_failed_install_stops_the_other_jobs_and_what_they_started(tmp_path: P
         (tmp_path / "scripts" / name).write_text(f"#!/usr/bin/env bash\n{body}", encoding="utf-8")
     pids = tmp_path / "pids"
     pids.mkdir()
-    env = {**os.environ, "STUB_PIDS": str(pids)}
+    env = {**os.environ, "STUB_PIDS": str(pids), "TMPDIR": str(tmp_path)}  # CI's log folder (mktemp -d) too
     started = time.monotonic()
     done = subprocess.run(
         ["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60, env=env, check=False
