@@ -1,4 +1,5 @@
-"""benchmarks/cpu.py runs end to end (a smoke run, not a timing test: speed is what the script prints)."""
+"""benchmarks/cpu.py and benchmarks/dispatcher.py run end to end (smoke runs, not timing tests: speed is what the
+scripts print)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,25 @@ def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_wit
     assert re.search(rf"^  pytest-gym threads at the end of the trials: .*{dispatcher}", output, re.MULTILINE), output
     assert re.search(r"^  plain threads at the end of the trials: MainThread \d+\.\d\d s", output, re.MULTILINE), output
     assert "all runs correct" in output
+
+
+def test_the_dispatcher_benchmark_prints_each_threads_cpu_per_trial_idle_and_busy(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "dispatcher.py"), "--quick", "--rows", "10", "--busy-ms", "0,1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "== 20 trials, C=8, 1 round(s)" in output
+    assert re.search(r"^  bare HTTP \(the plugin's client alone\): \d+ us of CPU$", output, re.MULTILINE), output
+    for busy in ("0", "1"):
+        row = (
+            rf"^  busy {busy} ms: the dispatcher's thread \d+ us, \d+\.\d context switches; "
+            r"pytest's thread -?\d+ us, \d+\.\d context switches"
+        )
+        assert re.search(row, output, re.MULTILINE), output

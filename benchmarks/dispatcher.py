@@ -1,0 +1,181 @@
+"""The dispatcher's thread alone: its CPU per trial outside pytest, with pytest's thread idle or busy.
+
+    PYTHONPATH=. .venvs/dev/bin/python benchmarks/dispatcher.py            # 1280 trials, C=8, 3 rounds
+    PYTHONPATH=. .venvs/dev/bin/python benchmarks/dispatcher.py --quick    # a small smoke version
+
+Inside pytest the dispatcher's thread costs about twice what the same rollouts cost here (``benchmarks/cpu.py``
+prints that thread's CPU at the end of the trials); this isolates it. No Gym: the stand-in Gym of
+``benchmarks/cpu.py`` answers in a process of its own (its CPU is not counted). In this process, over ROUNDS
+interleaved rounds:
+
+- ``bare HTTP``: the plugin's HTTP client alone (``HTTPPool``), one POST per trial, C in flight;
+- ``dispatcher, busy B ms``: a ``Dispatcher`` as a run builds it (the masking listener, the run folder's writer,
+  the run's concurrency limit), its results taken in plan order by this thread, which then keeps the
+  interpreter busy for B ms of pure Python per trial, as pytest does between trials (0: it only waits).
+
+Printed: the medians of each thread's CPU (``/proc/self/task``) and of its context switches, per trial. A thread
+whose CPU grows with B while its work stays the same is paying for taking the interpreter lock back. Every wait
+is bounded; the stand-in is stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.cpu import AGENT, stand_in, write_rows  # noqa: E402
+from pytest_gym.core.dataset import read_tasks  # noqa: E402
+from pytest_gym.core.masking import Masker  # noqa: E402
+from pytest_gym.core.outcome import TrialSpec  # noqa: E402
+from pytest_gym.gym.discovery import discover  # noqa: E402
+from pytest_gym.judge.messages import clean_outcome  # noqa: E402
+from pytest_gym.rollout.adaptive import make_limit  # noqa: E402
+from pytest_gym.rollout.dispatcher import Dispatcher  # noqa: E402
+from pytest_gym.rollout.http import HTTPPool  # noqa: E402
+from pytest_gym.runfolder.rollouts import RunFolderWriter  # noqa: E402
+
+RESULT_TIMEOUT_S = 60.0
+
+
+def thread_stats() -> dict[str, tuple[float, int]]:
+    """Each live thread of this process: (CPU seconds, context switches)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    found = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
+            status = (task / "status").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        switches = sum(int(line.split(":")[1]) for line in status.splitlines() if "ctxt_switches" in line)
+        found[names.get(int(task.name), task.name)] = ((int(fields[11]) + int(fields[12])) / tick, switches)
+    return found
+
+
+def keep_busy(seconds: float) -> None:
+    """Pure Python for ``seconds`` of this thread's CPU, as pytest's own work between two trials."""
+    end = time.thread_time() + seconds
+    count = 0
+    while time.thread_time() < end:
+        for _ in range(200):
+            count += 1
+
+
+def bare_http(url: str, bodies: Sequence[bytes], concurrency: int) -> float:
+    """CPU seconds of this process for one POST per body over the plugin's client, ``concurrency`` in flight."""
+
+    async def all_of_them() -> None:
+        pool = HTTPPool()
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(body: bytes) -> None:
+            async with slots:
+                answer = await pool.request("POST", url, body)
+                json.loads(answer.body)
+
+        try:
+            await asyncio.wait_for(asyncio.gather(*(one(b) for b in bodies)), RESULT_TIMEOUT_S)
+        finally:
+            await pool.aclose()
+
+    started = time.process_time()
+    asyncio.run(all_of_them())
+    return time.process_time() - started
+
+
+def dispatched(url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: float, work: Path) -> dict[str, Any]:
+    """One run of ``specs`` through a Dispatcher: each thread's CPU and context switches."""
+    endpoint = discover(url)
+    folder = Path(tempfile.mkdtemp(prefix="run-", dir=work))
+    before = thread_stats()
+    limit = make_limit(folder, concurrency, adaptive=True, shared=False)
+    dispatcher = Dispatcher(endpoint, concurrency, RESULT_TIMEOUT_S, AGENT, max(64, 4 * concurrency), limit=limit)
+    writer = RunFolderWriter(folder)
+    masker = Masker()
+    dispatcher.listeners.append(lambda outcome: clean_outcome(outcome, masker))
+    dispatcher.recorders.append(writer.record)
+    try:
+        dispatcher.plan(specs)
+        for spec in specs:
+            outcome = dispatcher.result(spec, timeout=RESULT_TIMEOUT_S)
+            if outcome.reward is None:
+                raise RuntimeError(f"trial {spec.nodeid} failed: {outcome.error}")
+            if busy_s:
+                keep_busy(busy_s)
+        after = thread_stats()
+    finally:
+        dispatcher.close()
+        writer.close()
+    main = threading.main_thread().name
+    threads = {"pytest's thread": after[main], "the dispatcher's thread": after["pytest-gym-dispatch"]}
+    start = before.get(main, (0.0, 0))
+    threads["pytest's thread"] = (threads["pytest's thread"][0] - start[0], threads["pytest's thread"][1] - start[1])
+    return threads
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small smoke version (40 rows x 2, 1 round)")
+    parser.add_argument("--rows", type=int, help="distinct rows (default 320)")
+    parser.add_argument("--repeats", type=int, help="repeats per row (default 4)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds; medians are reported (default 3)")
+    parser.add_argument("--concurrency", type=int, default=8, help="rollouts in flight (default 8, the plugin's)")
+    parser.add_argument("--busy-ms", default="0,1.5", help="pytest's work per trial to emulate, ms (default 0,1.5)")
+    options = parser.parse_args(argv)
+    rows = options.rows or (40 if options.quick else 320)
+    repeats = options.repeats or (2 if options.quick else 4)
+    rounds = options.rounds or (1 if options.quick else 3)
+    busy = [float(b) for b in options.busy_ms.split(",")]
+    trials = rows * repeats
+    with tempfile.TemporaryDirectory(prefix="pytest-gym-dispatcher-") as folder:
+        work = Path(folder)
+        with stand_in(work) as url:
+            write_rows(work / "rows.jsonl", rows)
+            tasks = read_tasks(work / "rows.jsonl")
+            specs = [
+                TrialSpec(f"rows.jsonl::{task.hash}[r{r}]", task, index, r, AGENT)
+                for index, task in enumerate(tasks)
+                for r in range(repeats)
+            ]
+            bodies = [json.dumps({**task.load_row(), "_ng_task_index": i}).encode() for i, task in enumerate(tasks)]
+            route = discover(url).route_for(AGENT)
+            print(f"== {trials} trials, C={options.concurrency}, {rounds} round(s), Python {sys.version.split()[0]} ==")
+            http: list[float] = []
+            runs: dict[float, list[dict[str, Any]]] = {b: [] for b in busy}
+            for number in range(rounds):
+                http.append(bare_http(route, [bodies[i % len(bodies)] for i in range(trials)], options.concurrency))
+                print(f"  round {number + 1}  bare HTTP  cpu {http[-1]:.2f} s", flush=True)
+                for b in busy:
+                    found = dispatched(url, specs, options.concurrency, b / 1000, work)
+                    runs[b].append(found)
+                    cpu = ", ".join(f"{name} {s[0]:.2f} s" for name, s in found.items())
+                    print(f"  round {number + 1}  dispatcher, busy {b:g} ms  {cpu}", flush=True)
+    print("\n== medians, per trial ==")
+    print(f"  bare HTTP (the plugin's client alone): {1e6 * statistics.median(http) / trials:.0f} us of CPU")
+    for b, found in runs.items():
+        parts = []
+        for name in ("the dispatcher's thread", "pytest's thread"):
+            cpu = statistics.median(r[name][0] for r in found)
+            switches = statistics.median(r[name][1] for r in found)
+            own = cpu - (b / 1000) * trials if name == "pytest's thread" else cpu
+            parts.append(f"{name} {1e6 * own / trials:.0f} us, {switches / trials:.1f} context switches")
+        print(f"  busy {b:g} ms: " + "; ".join(parts) + (" (beside its busy work)" if b else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
