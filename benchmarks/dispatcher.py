@@ -13,6 +13,10 @@ interleaved rounds:
   the run's concurrency limit), its results taken in plan order by this thread, which then keeps the
   interpreter busy for B ms of pure Python per trial, as pytest does between trials (0: it only waits).
 
+- ``the least pipeline``: only the client and the JSON, answers taken in order by a caller busy B ms after each,
+  the loop driven by the caller while it waits (one thread) or run in a thread of its own (as the dispatcher's):
+  what any design pays, and what the second thread adds.
+
 Printed: the medians of each thread's CPU (``/proc/self/task``) and of its context switches, per trial. A thread
 whose CPU grows with B while its work stays the same is paying for taking the interpreter lock back. Every wait
 is bounded; the stand-in is stopped.
@@ -97,6 +101,45 @@ def bare_http(url: str, bodies: Sequence[bytes], concurrency: int) -> float:
     return time.process_time() - started
 
 
+async def _one(pool: HTTPPool, url: str, body: bytes) -> None:
+    json.loads((await pool.request("POST", url, body)).body)
+
+
+def minimal(url: str, bodies: Sequence[bytes], concurrency: int, busy_s: float, threaded: bool) -> float:
+    """CPU seconds of this process (beyond the busy work) for the least a rollout pipeline does: the plugin's
+    client and the JSON, ``concurrency`` ahead of a caller that takes the answers in order and is busy
+    ``busy_s`` after each. ``threaded``: the loop runs in a thread of its own, as the dispatcher's; else the
+    caller drives it while it waits (no second thread)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True) if threaded else None
+    pool = HTTPPool()
+    pending: dict[int, Any] = {}
+    started = time.process_time()
+    try:
+        if thread is not None:
+            thread.start()
+        for index in range(len(bodies)):
+            for ahead in range(len(pending) + index, min(len(bodies), index + concurrency)):
+                coro = _one(pool, url, bodies[ahead])
+                pending[ahead] = asyncio.run_coroutine_threadsafe(coro, loop) if threaded else loop.create_task(coro)
+            answer = pending.pop(index)
+            if threaded:
+                answer.result(RESULT_TIMEOUT_S)
+            else:
+                loop.run_until_complete(asyncio.wait_for(answer, RESULT_TIMEOUT_S))
+            if busy_s:
+                keep_busy(busy_s)
+        return time.process_time() - started - busy_s * len(bodies)
+    finally:
+        if thread is not None:
+            asyncio.run_coroutine_threadsafe(pool.aclose(), loop).result(RESULT_TIMEOUT_S)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(RESULT_TIMEOUT_S)
+        else:
+            loop.run_until_complete(pool.aclose())
+        loop.close()
+
+
 def dispatched(url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: float, work: Path) -> dict[str, Any]:
     """One run of ``specs`` through a Dispatcher: each thread's CPU and context switches."""
     endpoint = discover(url)
@@ -156,14 +199,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"== {trials} trials, C={options.concurrency}, {rounds} round(s), Python {sys.version.split()[0]} ==")
             http: list[float] = []
             runs: dict[float, list[dict[str, Any]]] = {b: [] for b in busy}
+            least: dict[tuple[float, bool], list[float]] = {(b, t): [] for b in busy for t in (False, True)}
+            sent = [bodies[i % len(bodies)] for i in range(trials)]
             for number in range(rounds):
-                http.append(bare_http(route, [bodies[i % len(bodies)] for i in range(trials)], options.concurrency))
+                http.append(bare_http(route, sent, options.concurrency))
                 print(f"  round {number + 1}  bare HTTP  cpu {http[-1]:.2f} s", flush=True)
                 for b in busy:
                     found = dispatched(url, specs, options.concurrency, b / 1000, work)
                     runs[b].append(found)
                     cpu = ", ".join(f"{name} {s[0]:.2f} s" for name, s in found.items())
                     print(f"  round {number + 1}  dispatcher, busy {b:g} ms  {cpu}", flush=True)
+                    for threaded in (False, True):
+                        least[(b, threaded)].append(minimal(route, sent, options.concurrency, b / 1000, threaded))
     print("\n== medians, per trial ==")
     print(f"  bare HTTP (the plugin's client alone): {1e6 * statistics.median(http) / trials:.0f} us of CPU")
     for b, found in runs.items():
@@ -174,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             own = cpu - (b / 1000) * trials if name == "pytest's thread" else cpu
             parts.append(f"{name} {1e6 * own / trials:.0f} us, {switches / trials:.1f} context switches")
         print(f"  busy {b:g} ms: " + "; ".join(parts) + (" (beside its busy work)" if b else ""))
+        one, two = (1e6 * statistics.median(least[(b, t)]) / trials for t in (False, True))
+        least_line = f"one thread {one:.0f} us, a loop thread {two:.0f} us"
+        print(f"    the least pipeline (client + JSON), busy {b:g} ms: {least_line}")
     return 0
 
 

@@ -70,3 +70,6 @@ def test_the_dispatcher_benchmark_prints_each_threads_cpu_per_trial_idle_and_bus
             r"pytest's thread -?\d+ us, \d+\.\d context switches"
         )
         assert re.search(row, output, re.MULTILINE), output
+        threads = r"one thread -?\d+ us, a loop thread -?\d+ us$"
+        least = rf"^    the least pipeline \(client \+ JSON\), busy {busy} ms: {threads}"
+        assert re.search(least, output, re.MULTILINE), output
