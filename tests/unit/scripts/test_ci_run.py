@@ -1,7 +1,9 @@
-""".ci/run: a failed install ends CI at once, and stops every process the other jobs started.
+""".ci/run: a failed install ends CI at once, and stops every process the other jobs started; the main run stays
+in CI's own process group.
 
-The script runs from a scratch folder beside stand-in install scripts: the browser install fails at once, while
-the Python 3.10 leg has started a long ``sleep`` of its own (a grandchild of CI, as pytest is of test.sh).
+The script runs from a scratch folder beside stand-in install scripts. In the first test the browser install
+fails, while the Python 3.10 leg has started a long ``sleep`` of its own (a grandchild of CI, as pytest is of
+test.sh); in the second every install succeeds and the stand-in test.sh records its process groups.
 """
 
 from __future__ import annotations
@@ -30,6 +32,16 @@ STUBS = {
 }
 
 
+def _ci_folder(tmp_path: Path, stubs: dict[str, str]) -> Path:
+    """A scratch copy of ``.ci/run`` beside ``stubs`` as its scripts; its path."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    (tmp_path / "scripts").mkdir()
+    for name, body in stubs.items():
+        (tmp_path / "scripts" / name).write_text(f"#!/usr/bin/env bash\n{body}", encoding="utf-8")
+    return tmp_path / ".ci" / "run"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -42,18 +54,12 @@ def _alive(pid: int) -> bool:
 def test_a_failed_install_stops_the_other_jobs_and_what_they_started(tmp_path: Path) -> None:
     if not (shutil.which("unshare") and shutil.which("ip")):
         pytest.skip(".ci/run would install util-linux and iproute2 first")
-    (tmp_path / ".ci").mkdir()
-    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
-    (tmp_path / "scripts").mkdir()
-    for name, body in STUBS.items():
-        (tmp_path / "scripts" / name).write_text(f"#!/usr/bin/env bash\n{body}", encoding="utf-8")
+    ci = _ci_folder(tmp_path, STUBS)
     pids = tmp_path / "pids"
     pids.mkdir()
     env = {**os.environ, "STUB_PIDS": str(pids), "TMPDIR": str(tmp_path)}  # CI's log folder (mktemp -d) too
     started = time.monotonic()
-    done = subprocess.run(
-        ["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60, env=env, check=False
-    )
+    done = subprocess.run(["bash", str(ci)], capture_output=True, text=True, timeout=60, env=env, check=False)
     leg_sleep = int((pids / "leg-sleep").read_text(encoding="utf-8"))
     try:
         assert done.returncode == 1, done.stdout + done.stderr
@@ -67,3 +73,24 @@ def test_a_failed_install_stops_the_other_jobs_and_what_they_started(tmp_path: P
     finally:
         if _alive(leg_sleep):
             os.kill(leg_sleep, signal.SIGKILL)
+
+
+def test_the_main_run_stays_in_cis_process_group_and_the_oldest_setup_leg_has_its_own(tmp_path: Path) -> None:
+    """Stopping CI's process group (a runner's timeout) stops the main run; the exit trap stops the legs."""
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        pytest.skip(".ci/run would install util-linux and iproute2 first")
+    groups = tmp_path / "groups"
+    groups.mkdir()
+    which = '$([ "${1:-}" = --pythons ] && echo leg || echo main)'
+    record = f'echo "$(ps -o pgid= $$) $(ps -o pgid= $PPID)" > "$STUB_GROUPS/{which}"\n'
+    ci = _ci_folder(
+        tmp_path,
+        {"ensure-uv.sh": "echo uv\n", "install-browser.sh": "true\n", "setup-dev.sh": "true\n", "test.sh": record},
+    )
+    env = {**os.environ, "STUB_GROUPS": str(groups), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(["bash", str(ci)], capture_output=True, text=True, timeout=60, env=env, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    main_group, ci_group = (int(g) for g in (groups / "main").read_text(encoding="utf-8").split())
+    leg_group, _ = (int(g) for g in (groups / "leg").read_text(encoding="utf-8").split())
+    assert main_group == ci_group, "the main run left CI's process group"
+    assert leg_group not in (ci_group, main_group), "the oldest-setup leg shares CI's process group"
