@@ -56,6 +56,7 @@ AGENT = "cpu_agent"
 RUN_TIMEOUT_S = 600.0
 START_TIMEOUT_S = 30.0
 TARGET = 1.25
+ROUNDS = 5
 
 
 # -- the stand-in Gym, in its own process ----------------------------------------------------------
@@ -271,12 +272,28 @@ def print_phases(gym: dict[str, Any], plain: dict[str, Any]) -> None:
 # -- the benchmark ---------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small smoke version (40 rows x 2, 1 round, no warm-up)")
+def size_options(doc: str | None, rounds: int, quick: str = "") -> argparse.ArgumentParser:
+    """The options this benchmark and ``benchmarks/dispatcher.py`` share: how many trials, how many rounds."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--quick", action="store_true", help=f"small smoke version (40 rows x 2, 1 round{quick})")
     parser.add_argument("--rows", type=int, help="distinct rows (default 320)")
     parser.add_argument("--repeats", type=int, help="repeats per row (default 4)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds; medians are reported (default 5)")
+    parser.add_argument("--rounds", type=int, help=f"interleaved rounds; medians are reported (default {rounds})")
+    return parser
+
+
+def sizes(options: argparse.Namespace, rounds: int) -> tuple[int, int, int]:
+    """(rows, repeats, rounds) as given, else the defaults (smaller with ``--quick``)."""
+    quick = options.quick
+    return (
+        options.rows or (40 if quick else 320),
+        options.repeats or (2 if quick else 4),
+        options.rounds or (1 if quick else rounds),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = size_options(__doc__, ROUNDS, ", no warm-up")
     parser.add_argument("--no-xdist", action="store_true", help="skip the -n 2 runs")
     parser.add_argument(
         "--before", type=Path, help="a source tree of an earlier pytest-gym: also measure it, interleaved"
@@ -288,9 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if options.serve:
         serve(options.serve)
         return 0
-    rows = options.rows or (40 if options.quick else 320)
-    repeats = options.repeats or (2 if options.quick else 4)
-    rounds = options.rounds or (1 if options.quick else 5)
+    rows, repeats, rounds = sizes(options, ROUNDS)
     trials = rows * repeats
     with contextlib.ExitStack() as stack:
         if options.workdir:

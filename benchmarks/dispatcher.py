@@ -24,7 +24,6 @@ is bounded; the stand-in is stopped.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -40,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.cpu import AGENT, stand_in, write_rows  # noqa: E402
+from benchmarks.cpu import AGENT, size_options, sizes, stand_in, write_rows  # noqa: E402
 from pytest_gym.core.dataset import read_tasks  # noqa: E402
 from pytest_gym.core.masking import Masker  # noqa: E402
 from pytest_gym.core.outcome import TrialSpec  # noqa: E402
@@ -52,6 +51,7 @@ from pytest_gym.rollout.http import HTTPPool  # noqa: E402
 from pytest_gym.runfolder.rollouts import RunFolderWriter  # noqa: E402
 
 RESULT_TIMEOUT_S = 60.0
+ROUNDS = 3
 
 
 def thread_stats() -> dict[str, tuple[float, int]]:
@@ -171,17 +171,11 @@ def dispatched(url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: f
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small smoke version (40 rows x 2, 1 round)")
-    parser.add_argument("--rows", type=int, help="distinct rows (default 320)")
-    parser.add_argument("--repeats", type=int, help="repeats per row (default 4)")
-    parser.add_argument("--rounds", type=int, help="interleaved rounds; medians are reported (default 3)")
+    parser = size_options(__doc__, ROUNDS)
     parser.add_argument("--concurrency", type=int, default=8, help="rollouts in flight (default 8, the plugin's)")
     parser.add_argument("--busy-ms", default="0,1.5", help="pytest's work per trial to emulate, ms (default 0,1.5)")
     options = parser.parse_args(argv)
-    rows = options.rows or (40 if options.quick else 320)
-    repeats = options.repeats or (2 if options.quick else 4)
-    rounds = options.rounds or (1 if options.quick else 3)
+    rows, repeats, rounds = sizes(options, ROUNDS)
     busy = [float(b) for b in options.busy_ms.split(",")]
     trials = rows * repeats
     with tempfile.TemporaryDirectory(prefix="pytest-gym-dispatcher-") as folder:

@@ -15,9 +15,10 @@ pytestmark = pytest.mark.runtime
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_without_xdist(tmp_path: Path) -> None:
+def smoke_run(script: str, *args: str) -> str:
+    """``benchmarks/SCRIPT --quick --rows 10 ARGS``: its output, once it exited 0."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "cpu.py"), "--quick", "--rows", "10", "--workdir", str(tmp_path)],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--rows", "10", *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -27,6 +28,11 @@ def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_wit
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
+    return output
+
+
+def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_without_xdist(tmp_path: Path) -> None:
+    output = smoke_run("cpu.py", "--workdir", str(tmp_path))
     # Every measured run reported all 20 trials, half of them failed, on both sides.
     assert len(re.findall(r"round 1 +(pytest-gym|plain)( -n 2)? +cpu .* 10 failed, 10 passed", output)) == 4, output
     for side, plain in (("pytest-gym", "plain"), ("pytest-gym -n 2", "plain -n 2")):
@@ -50,18 +56,8 @@ def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_wit
     assert "all runs correct" in output
 
 
-def test_the_dispatcher_benchmark_prints_each_threads_cpu_per_trial_idle_and_busy(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "dispatcher.py"), "--quick", "--rows", "10", "--busy-ms", "0,1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
+def test_the_dispatcher_benchmark_prints_each_threads_cpu_per_trial_idle_and_busy() -> None:
+    output = smoke_run("dispatcher.py", "--busy-ms", "0,1")
     assert "== 20 trials, C=8, 1 round(s)" in output
     assert re.search(r"^  bare HTTP \(the plugin's client alone\): \d+ us of CPU$", output, re.MULTILINE), output
     for busy in ("0", "1"):
