@@ -78,7 +78,12 @@ def test_a_sequential_run_stops_once_the_gate_is_decided(
     order = task_order(11, "data.jsonl", list(hashes.values()))
     ran = set(calls)
     assert len(calls) == 2 * len(ran)
-    assert decided_at <= len(ran) <= 0.25 * 300
+    # Alone, the dispatcher starts nothing once the decision holds: beyond the decided prefix ran at most what it
+    # had started ahead (its lookahead, 64 trials: 32 tasks). Under xdist a worker also runs on while the other
+    # finishes that prefix (the decision reads it alone): 24-79 tasks for decided_at 23 on a loaded 2-core CI.
+    # Half the suite bounds that; a run that did not stop runs all 300.
+    limit = decided_at + 32 if xdist == ("-p", "no:xdist") else 300 // 2
+    assert decided_at <= len(ran) <= limit
     assert {hashes[t] for t in ran} >= set(order[:decided_at])
     outcomes = result.parseoutcomes()
     assert outcomes["skipped"] == 2 * (300 - len(ran))
