@@ -28,8 +28,7 @@ bring, imports trio, about 0.2 s of every run). Every wait is bounded; everythin
 Then, unless ``--no-phases``, one more run of ``pytest-gym`` and of ``plain`` (not in the medians) with
 ``benchmarks/cpu_phases.py``: the CPU of each phase side by side (start-up and collection; the trials; the end
 of the session: pytest-gym's verdicts and report, pytest's terminal summary; unconfigure and exit), and each
-thread's CPU and context switches at the end of the trials (the dispatcher's thread and pytest's take the
-interpreter lock from each other).
+thread's CPU and context switches at the end of the trials (the dispatcher's thread apart from pytest's).
 """
 
 from __future__ import annotations
@@ -251,18 +250,20 @@ def phases(side: Side, work: Path) -> dict[str, Any]:
     out = work / f"phases-{side.folder.name}.json"
     shutil.rmtree(side.folder / "run", ignore_errors=True)
     args = [*side.args[:3], "-p", "cpu_phases", *side.args[3:]]
-    pythonpath = os.pathsep.join(str(p) for p in (side.source, ROOT / "benchmarks") if p is not None)
-    run_process(args, side.folder, pythonpath=Path(pythonpath), extra_env={"CPU_PHASES_OUT": str(out)})
+    # The probe's folder on the path the measured runs have (after side.source, if any).
+    path = os.pathsep.join(p for p in (str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH")) if p)
+    probe = {"CPU_PHASES_OUT": str(out), "PYTHONPATH": path}
+    run_process(args, side.folder, pythonpath=side.source, extra_env=probe)
     found: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
     return found
 
 
 def print_phases(gym: dict[str, Any], plain: dict[str, Any]) -> None:
     print("\n== where the CPU goes (one more run of each, with benchmarks/cpu_phases.py; not in the medians) ==")
-    print(f"  {'phase':<28} {'pytest-gym':>10} {'plain':>8} {'beyond plain':>13}")
+    print(f"  {'phase':<30} {'pytest-gym':>10} {'plain':>8} {'beyond plain':>13}")
     for label, start, end in PHASES:
         spent = [found["marks"][end] - (found["marks"][start] if start else 0.0) for found in (gym, plain)]
-        print(f"  {label:<28} {spent[0]:8.2f} s {spent[1]:6.2f} s {spent[0] - spent[1]:+11.2f} s")
+        print(f"  {label:<30} {spent[0]:8.2f} s {spent[1]:6.2f} s {spent[0] - spent[1]:+11.2f} s")
     for name, found in (("pytest-gym", gym), ("plain", plain)):
         threads = sorted(found["threads"].items(), key=lambda item: -item[1]["cpu_s"])
         listed = ", ".join(f"{t} {s['cpu_s']:.2f} s ({int(s['switches']):,} context switches)" for t, s in threads[:3])

@@ -1,12 +1,11 @@
-"""A pytest plugin for ``benchmarks/cpu.py --phases``: where a run's CPU goes, written as JSON at exit.
+"""A pytest plugin for ``benchmarks/cpu.py``'s phases: where a run's CPU goes, written as JSON at exit.
 
 Loaded with ``-p cpu_phases`` (this folder on ``PYTHONPATH``) by one extra run of each side, never by the
 measured ones. Process CPU (all threads) at the phase boundaries: start-up until collection ends, the trials
 (pytest's run loop), the end of the session (pytest-gym judges, writes the summary and the report in its
-``pytest_sessionfinish`` wrapper; pytest's terminal summary is written within that hook too), unconfigure
-and the exit. At the end of the run loop, each live
-thread's CPU and its context switches (``/proc/self/task``): two threads that take the interpreter lock from
-each other switch far more often than one that waits on sockets.
+``pytest_sessionfinish`` wrapper; pytest's terminal summary is written within that hook too), unconfigure and
+the exit. At the end of the run loop, each live thread's CPU and context switches (``/proc/self/task``), so the
+dispatcher's thread shows apart from pytest's.
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ _marks: dict[str, float] = {"loaded": time.process_time()}
 _threads: dict[str, dict[str, float]] = {}
 
 
-def _thread_stats() -> dict[str, dict[str, float]]:
+def thread_stats() -> dict[str, dict[str, float]]:
+    """Each live thread of this process, by name: its CPU seconds (``cpu_s``) and context switches."""
     tick = os.sysconf("SC_CLK_TCK")
     names = {t.native_id: t.name for t in threading.enumerate()}
     found: dict[str, dict[str, float]] = {}
@@ -54,7 +54,7 @@ def pytest_runtestloop(session: pytest.Session) -> Generator[None, Any, Any]:
         return (yield)
     finally:
         _marks["trials_end"] = time.process_time()
-        _threads.update(_thread_stats())
+        _threads.update(thread_stats())
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -3,30 +3,28 @@
     PYTHONPATH=. .venvs/dev/bin/python benchmarks/dispatcher.py            # 1280 trials, C=8, 3 rounds
     PYTHONPATH=. .venvs/dev/bin/python benchmarks/dispatcher.py --quick    # a small smoke version
 
-Inside pytest the dispatcher's thread costs about twice what the same rollouts cost here (``benchmarks/cpu.py``
-prints that thread's CPU at the end of the trials); this isolates it. No Gym: the stand-in Gym of
+Inside pytest the dispatcher's thread costs more than the same rollouts cost here (``benchmarks/cpu.py`` prints
+that thread's CPU at the end of the trials); this isolates it. No Gym: the stand-in Gym of
 ``benchmarks/cpu.py`` answers in a process of its own (its CPU is not counted). In this process, over ROUNDS
 interleaved rounds:
 
 - ``bare HTTP``: the plugin's HTTP client alone (``HTTPPool``), one POST per trial, C in flight;
 - ``dispatcher, busy B ms``: a ``Dispatcher`` as a run builds it (the masking listener, the run folder's writer,
   the run's concurrency limit), its results taken in plan order by this thread, which then keeps the
-  interpreter busy for B ms of pure Python per trial, as pytest does between trials (0: it only waits).
-
+  interpreter busy for B ms of pure Python per trial, as pytest does between trials (0: it only waits);
 - ``the least pipeline``: only the client and the JSON, answers taken in order by a caller busy B ms after each,
   the loop driven by the caller while it waits (one thread) or run in a thread of its own (as the dispatcher's):
   what any design pays, and what the second thread adds.
 
-Printed: the medians of each thread's CPU (``/proc/self/task``) and of its context switches, per trial. A thread
-whose CPU grows with B while its work stays the same is paying for taking the interpreter lock back. Every wait
-is bounded; the stand-in is stopped.
+Printed: the medians of each thread's CPU (``/proc/self/task``) and of its context switches, per trial. What
+grows with B while the work stays the same is the cost of running interleaved with pytest's work; the least
+pipeline's two forms tell how much of it the second thread adds. Every wait is bounded; the stand-in is stopped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -40,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.cpu import AGENT, size_options, sizes, stand_in, write_rows  # noqa: E402
+from benchmarks.cpu_phases import thread_stats  # noqa: E402
 from pytest_gym.core.dataset import read_tasks  # noqa: E402
 from pytest_gym.core.masking import Masker  # noqa: E402
 from pytest_gym.core.outcome import TrialSpec  # noqa: E402
@@ -52,22 +51,6 @@ from pytest_gym.runfolder.rollouts import RunFolderWriter  # noqa: E402
 
 RESULT_TIMEOUT_S = 60.0
 ROUNDS = 3
-
-
-def thread_stats() -> dict[str, tuple[float, int]]:
-    """Each live thread of this process: (CPU seconds, context switches)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    found = {}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            fields = (task / "stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()
-            status = (task / "status").read_text(encoding="utf-8")
-        except OSError:
-            continue
-        switches = sum(int(line.split(":")[1]) for line in status.splitlines() if "ctxt_switches" in line)
-        found[names.get(int(task.name), task.name)] = ((int(fields[11]) + int(fields[12])) / tick, switches)
-    return found
 
 
 def keep_busy(seconds: float) -> None:
@@ -88,8 +71,7 @@ def bare_http(url: str, bodies: Sequence[bytes], concurrency: int) -> float:
 
         async def one(body: bytes) -> None:
             async with slots:
-                answer = await pool.request("POST", url, body)
-                json.loads(answer.body)
+                await _one(pool, url, body)
 
         try:
             await asyncio.wait_for(asyncio.gather(*(one(b) for b in bodies)), RESULT_TIMEOUT_S)
@@ -163,11 +145,12 @@ def dispatched(url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: f
     finally:
         dispatcher.close()
         writer.close()
-    main = threading.main_thread().name
-    threads = {"pytest's thread": after[main], "the dispatcher's thread": after["pytest-gym-dispatch"]}
-    start = before.get(main, (0.0, 0))
-    threads["pytest's thread"] = (threads["pytest's thread"][0] - start[0], threads["pytest's thread"][1] - start[1])
-    return threads
+    main, dispatch = after[threading.main_thread().name], after["pytest-gym-dispatch"]  # that thread started here
+    start = before[threading.main_thread().name]
+    return {
+        "the dispatcher's thread": (dispatch["cpu_s"], int(dispatch["switches"])),
+        "pytest's thread": (main["cpu_s"] - start["cpu_s"], int(main["switches"] - start["switches"])),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
