@@ -46,9 +46,14 @@ def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_wit
         assert float(line.group(1)) > 0
     assert len(re.findall(r"^ +round by round: median ratio \d+\.\d\dx$", output, re.MULTILINE)) == 2, output
     # Where the CPU goes: every phase on both sides, and the threads of each.
-    phases = ("start-up and collection", "trials (pytest's run loop)", "end: verdicts, report, summary", "unconfigure")
+    phases = (
+        "start-up and collection",
+        "trials (pytest's run loop)",
+        "end: verdicts, report, summary",
+        "unconfigure and exit",
+    )
     for phase in phases:
-        row = rf"^  {re.escape(phase)}( and exit)? +\d+\.\d\d s +\d+\.\d\d s +[+-]\d+\.\d\d s$"
+        row = rf"^  {re.escape(phase)} +\d+\.\d\d s +\d+\.\d\d s +[+-]\d+\.\d\d s$"
         assert re.search(row, output, re.MULTILINE), output
     dispatcher = r"pytest-gym-dispatch \d+\.\d\d s \([\d,]+ context switches\)"
     assert re.search(rf"^  pytest-gym threads at the end of the trials: .*{dispatcher}", output, re.MULTILINE), output
