@@ -132,7 +132,7 @@ def dispatched(url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: f
     writer = RunFolderWriter(folder)
     masker = Masker()
     dispatcher.listeners.append(lambda outcome: clean_outcome(outcome, masker))
-    dispatcher.recorders.append(writer.record)
+    dispatcher.recorders.append(writer.record_all)
     try:
         dispatcher.plan(specs)
         for spec in specs:

@@ -177,8 +177,9 @@ class Dispatcher:
         self.claims: Claims = claims if claims is not None else LocalClaims()
         #: Called on the loop with every finished outcome, first, before it is handed out or published.
         self.listeners: list[Callable[[TrialOutcome], None]] = []
-        #: Called with every finished outcome, in the order they finished, on pytest's thread where it can.
-        self.recorders: list[Callable[[TrialOutcome], None]] = []
+        #: Called with the finished outcomes, in the order they finished, on pytest's thread where it can: all
+        #: those not recorded yet at once (the run folder's writer then locks and writes once per batch).
+        self.recorders: list[Callable[[Sequence[TrialOutcome]], None]] = []
         #: Finished outcomes not recorded yet, with when they finished (``time.monotonic``).
         self._unrecorded: collections.deque[tuple[float, TrialOutcome]] = collections.deque()
         self._recording = threading.Lock()  # one recording pass at a time: the records keep their order
@@ -439,13 +440,16 @@ class Dispatcher:
         if not self._unrecorded:
             return
         with self._recording:
+            batch = []
             while self._unrecorded:
                 finished, outcome = self._unrecorded[0]
                 if finished_before is not None and finished > finished_before:
-                    return
+                    break
                 self._unrecorded.popleft()
+                batch.append(outcome)
+            if batch:
                 for recorder in self.recorders:
-                    self._guard("recording a rollout", recorder, outcome)
+                    self._guard("recording a rollout", recorder, batch)
 
     def _advance(self, spec: TrialSpec) -> None:
         index = self._index.get(spec.nodeid)

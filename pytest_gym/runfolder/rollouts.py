@@ -125,6 +125,32 @@ class RunFolderWriter:
 
     def record(self, outcome: TrialOutcome) -> None:
         """Append a finished trial: its request, then its rollout or its failure row."""
+        self.record_all((outcome,))
+
+    def record_all(self, outcomes: Iterable[TrialOutcome]) -> None:
+        """Append finished trials in order, with one locked write per file for all of them (a lock and a write
+        per trial and file cost more than the lines' encoding). A trial whose lines cannot be encoded is left
+        out and raised after the others are written."""
+        batches: dict[str, list[bytes]] = {}
+        failure: Exception | None = None
+        for outcome in outcomes:
+            try:
+                lines = [(name, self._line(data)) for name, data in self._records(outcome)]  # before any lock
+            except Exception as exc:
+                failure = failure or exc
+                continue
+            for name, line in lines:
+                batches.setdefault(name, []).append(line)
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"the run folder writer for {self.run_dir} is closed")
+            for name, parts in batches.items():
+                self._files[name].append_bytes(b"".join(parts))
+        if failure is not None:
+            raise failure
+
+    def _records(self, outcome: TrialOutcome) -> list[tuple[str, dict[str, Any]]]:
+        """(file, record) of one trial: its request, then its rollout or its failure row."""
         server = self.server_for(outcome)
         records: list[tuple[str, dict[str, Any]]] = []
         if outcome.request is not None:
@@ -132,12 +158,7 @@ class RunFolderWriter:
         result = rollout_record(outcome, server) if outcome.ok else failure_record(outcome, server)
         if result is not None:
             records.append((ROLLOUTS_FILE if outcome.ok else FAILURES_FILE, result))
-        lines = [(name, self._line(data)) for name, data in records]  # encode before taking any lock
-        with self._lock:
-            if self._closed:
-                raise ValueError(f"the run folder writer for {self.run_dir} is closed")
-            for name, line in lines:
-                self._files[name].append_bytes(line)
+        return records
 
     def append_rollout(self, record: Mapping[str, Any]) -> None:
         """Copy a finished record (reused from an earlier run by --gym-resume) into this run's rollouts."""

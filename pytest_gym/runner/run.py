@@ -159,7 +159,7 @@ class GymRun:
             # First: masked and bounded before the writer records it and the claim board publishes it.
             masker = Masker()
             self.dispatcher.listeners.append(lambda outcome: clean_outcome(outcome, masker))
-            self.dispatcher.recorders.append(writer.record)  # on pytest's thread
+            self.dispatcher.recorders.append(writer.record_all)  # on pytest's thread
             self.dispatcher.plan(planned, upcoming)
         return self.server
 

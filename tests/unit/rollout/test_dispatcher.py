@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -291,9 +291,10 @@ def test_pytests_thread_records_each_trial_before_its_result_is_handed_out(fake:
     specs = make_specs(tmp_path, 6, repeats=2)
     dispatcher = make_dispatcher(fake, concurrency=4)
     recorded: list[tuple[str, str]] = []
-    dispatcher.recorders.append(lambda o: recorded.append((o.nodeid, threading.current_thread().name)))
+    thread = threading.current_thread
+    dispatcher.recorders.append(lambda batch: recorded.extend((o.nodeid, thread().name) for o in batch))
 
-    def failing(outcome: TrialOutcome) -> None:
+    def failing(batch: Sequence[TrialOutcome]) -> None:
         raise OSError("disk full")
 
     dispatcher.recorders.append(failing)
@@ -314,7 +315,7 @@ def test_a_rollout_nobody_asks_for_is_recorded_on_the_loop_within_a_moment(fake:
     dispatcher = make_dispatcher(fake, concurrency=5)
     recorded: list[tuple[str, str, float]] = []
     dispatcher.recorders.append(
-        lambda o: recorded.append((o.nodeid, threading.current_thread().name, time.monotonic()))
+        lambda batch: recorded.extend((o.nodeid, threading.current_thread().name, time.monotonic()) for o in batch)
     )
     dispatcher.plan(specs)  # prefetched; pytest's thread is busy elsewhere and asks for none of them
     try:
@@ -332,7 +333,7 @@ def test_records_left_at_a_stop_are_written_by_the_stop(
     specs = make_specs(tmp_path, 3)
     dispatcher = make_dispatcher(fake, concurrency=3)
     recorded: list[str] = []
-    dispatcher.recorders.append(lambda o: recorded.append(o.nodeid))
+    dispatcher.recorders.append(lambda batch: recorded.extend(o.nodeid for o in batch))
     dispatcher.plan(specs)
     wait_for(lambda: len(runs(fake)) == 3)
     wait_for(lambda: len(dispatcher._unrecorded) == 3)
@@ -340,6 +341,24 @@ def test_records_left_at_a_stop_are_written_by_the_stop(
     dispatcher.stop()
     assert sorted(recorded) == sorted(s.nodeid for s in specs)
     dispatcher.close()
+
+
+def test_every_rollout_finished_before_pytest_asks_is_recorded_in_one_batch(
+    fake: StandinGym, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dispatch, "RECORD_WITHIN_S", 3600.0)  # the loop never records: pytest's thread does
+    specs = make_specs(tmp_path, 4)
+    dispatcher = make_dispatcher(fake, concurrency=4)
+    batches: list[list[str]] = []
+    dispatcher.recorders.append(lambda batch: batches.append([o.nodeid for o in batch]))
+    dispatcher.plan(specs)
+    try:
+        wait_for(lambda: len(dispatcher._unrecorded) == 4)
+        assert dispatcher.result(specs[0]).ok
+        assert len(batches) == 1
+        assert sorted(batches[0]) == sorted(s.nodeid for s in specs)
+    finally:
+        dispatcher.close()
 
 
 # -- workers sharing a claim board ----------------------------------------------------------

@@ -341,6 +341,40 @@ def test_a_record_is_one_write_per_file_under_its_lock(tmp_path: Path, monkeypat
     assert [r["_ng_rollout_index"] for r in read_jsonl(tmp_path / ROLLOUTS_FILE)] == [0]
 
 
+def test_a_batch_of_trials_is_one_write_per_file_in_the_order_they_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = RunFolderWriter(tmp_path)
+    writes: list[int] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        writes.append(fd)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    batch = [rewarded(dict(ANSWER), request_for(ROW, task, 0)) for task in (2, 0, 1)]
+    batch.insert(1, faulted(request_for(ROW, 3, 1), "http_status", 500))
+    writer.record_all(batch)
+    monkeypatch.undo()
+    writer.close()
+    assert len(writes) == 3  # the requests, the rollouts, the failure: not one write per trial and file
+    assert [r["_ng_task_index"] for r in read_jsonl(tmp_path / MATERIALIZED_FILE)] == [2, 3, 0, 1]
+    assert [r["_ng_task_index"] for r in read_jsonl(tmp_path / ROLLOUTS_FILE)] == [2, 0, 1]
+    assert [r["_ng_task_index"] for r in read_jsonl(tmp_path / FAILURES_FILE)] == [3]
+
+
+def test_a_trial_that_cannot_be_recorded_loses_no_other_trial_of_its_batch(tmp_path: Path) -> None:
+    writer = RunFolderWriter(tmp_path)
+    broken = rewarded(dict(ANSWER), request_for(ROW, 1, 0))
+    broken.request = {"responses_create_params": {}}  # a rewarded trial without its indices: no record
+    batch = [rewarded(dict(ANSWER), request_for(ROW, 0, 0)), broken, rewarded(dict(ANSWER), request_for(ROW, 2, 0))]
+    with pytest.raises(ValueError, match="needs its answer and the request"):
+        writer.record_all(batch)
+    writer.close()
+    assert [r["_ng_task_index"] for r in read_jsonl(tmp_path / ROLLOUTS_FILE)] == [0, 2]
+
+
 # -- aggregate metrics --------------------------------------------------------------------------------------------
 
 GYM_AGGREGATE_ANSWER: dict[str, Any] = {
