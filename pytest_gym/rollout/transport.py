@@ -14,7 +14,7 @@ import asyncio
 import collections
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from pytest_gym.core.access import GymAccess, access_hint
@@ -27,7 +27,7 @@ from pytest_gym.core.tracing import new_traceparent
 from pytest_gym.rollout.adaptive import Limit
 from pytest_gym.rollout.evidence import answer_checks, unhealthy_message
 from pytest_gym.rollout.health import Health
-from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, run_blocking
+from pytest_gym.rollout.http import BodyTooLarge, HTTPPool, ProtocolError, Response, run_blocking
 from pytest_gym.rollout.retry import INFRA_FAILURE_KINDS, is_retryable, retry_after_s, retry_delay_s
 from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -139,20 +139,14 @@ async def post_rollout(
     trial's own (its ``traceparent``).
     """
     started = time.perf_counter()
-    request = asyncio.ensure_future(http.request("POST", url, payload, MAX_BODY_BYTES, headers))
-    waits = (request,) if dead is None else (request, dead)
     try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:
-        request.cancel()  # it closes its connection as it ends
-        raise
-    if not request.done():
-        request.cancel()
-        if dead is not None and dead.done():
-            raise TrialFault("gym_died", "Gym stopped answering")
-        raise TrialFault("timeout", f"no answer from {url} within {timeout:g} s (--gym-trial-timeout)")
-    try:
-        status, data, retry_after, location = request.result()
+        status, data, retry_after, location = await _bounded(
+            http.request("POST", url, payload, MAX_BODY_BYTES, headers), timeout, dead
+        )
+    except _Interrupted as interrupted:
+        if interrupted.reason == "dead":
+            raise TrialFault("gym_died", "Gym stopped answering") from None
+        raise TrialFault("timeout", f"no answer from {url} within {timeout:g} s (--gym-trial-timeout)") from None
     except BodyTooLarge as exc:
         raise TrialFault(
             "bad_body",
@@ -166,6 +160,48 @@ async def post_rollout(
         raise TrialFault("connection", f"cannot reach {url}: {text}{access_hint(text)}") from None
     answer, reward = parse_answer(status, data, url, reward_key, retry_after, location)
     return answer, reward, time.perf_counter() - started
+
+
+class _Interrupted(Exception):
+    """A request this trial stopped waiting for: ``reason`` "timeout" or "dead" (Gym died)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def _bounded(
+    request: Coroutine[Any, Any, Response], timeout: float, dead: asyncio.Future[None] | None
+) -> Response:
+    """``request`` awaited in the trial's own task, cancelled after ``timeout`` or once ``dead`` is done (then
+    ``_Interrupted``). No task, waiter and callbacks of its own per request, as ``asyncio.wait`` would make:
+    this runs once per trial on the loop that pytest's thread shares the interpreter with."""
+    task = asyncio.current_task()
+    assert task is not None
+    why: list[str] = []
+
+    def interrupt(reason: str) -> None:
+        if not why:
+            why.append(reason)
+            task.cancel()
+
+    def on_dead(_: object) -> None:
+        interrupt("dead")
+
+    timer = asyncio.get_running_loop().call_later(timeout, interrupt, "timeout")
+    if dead is not None:
+        dead.add_done_callback(on_dead)
+    try:
+        return await request
+    except asyncio.CancelledError:
+        uncancel = getattr(task, "uncancel", None)  # Python 3.11+: was this cancel ours alone?
+        if why and (uncancel is None or uncancel() == 0):
+            raise _Interrupted(why[0]) from None
+        raise
+    finally:
+        timer.cancel()
+        if dead is not None:
+            dead.remove_done_callback(on_dead)
 
 
 def post_rollout_once(

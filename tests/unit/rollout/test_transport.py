@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 
-from pytest_gym.rollout.transport import MAX_BODY_BYTES, TrialFault, parse_answer, post_rollout_once
+from pytest_gym.rollout.http import HTTPPool
+from pytest_gym.rollout.transport import MAX_BODY_BYTES, TrialFault, parse_answer, post_rollout, post_rollout_once
 from tests.helpers.standin import Answer, StandinGym, serving
 
 URL = "http://gym/run"
@@ -87,3 +91,81 @@ def test_body_must_be_json_object_even_if_small(server: StandinGym) -> None:
     with pytest.raises(TrialFault) as excinfo:
         _post(url)
     assert excinfo.value.error_class == "bad_body"
+
+
+# -- a request the trial stops waiting for ----------------------------------------------------------------------
+
+
+def hanging(server: StandinGym) -> str:
+    server.routes["/run"] = lambda _: Answer(hang_s=30)
+    return server.base_url + "/run"
+
+
+async def post_hanging(url: str, timeout: float, dead_after_s: float | None = None) -> tuple[float, HTTPPool]:
+    """post_rollout to a server that never answers; (seconds until it raised, the pool) with the fault raised."""
+    http = HTTPPool()
+    dead: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    if dead_after_s is not None:
+        asyncio.get_running_loop().call_later(dead_after_s, dead.set_result, None)
+    started = time.monotonic()
+    try:
+        await post_rollout(http, url, b"{}", timeout, "reward", dead)
+    finally:
+        elapsed = time.monotonic() - started
+        await http.aclose()
+    raise AssertionError(f"no fault after {elapsed:.2f} s")
+
+
+def test_a_request_past_the_trial_timeout_is_a_timeout_fault_at_that_time(server: StandinGym) -> None:
+    url = hanging(server)
+    started = time.monotonic()
+    with pytest.raises(TrialFault) as excinfo:
+        asyncio.run(post_hanging(url, timeout=0.3))
+    assert 0.25 < time.monotonic() - started < 3
+    assert (excinfo.value.error_class, excinfo.value.message) == (
+        "timeout",
+        f"no answer from {url} within 0.3 s (--gym-trial-timeout)",
+    )
+
+
+def test_a_request_in_flight_when_gym_dies_is_abandoned_at_once(server: StandinGym) -> None:
+    url = hanging(server)
+    started = time.monotonic()
+    with pytest.raises(TrialFault) as excinfo:
+        asyncio.run(post_hanging(url, timeout=60, dead_after_s=0.2))
+    assert time.monotonic() - started < 3
+    assert excinfo.value.error_class == "gym_died"
+
+
+def test_a_stop_cancels_a_request_in_flight_instead_of_making_it_a_fault(server: StandinGym) -> None:
+    url = hanging(server)
+
+    async def stopped() -> None:
+        task = asyncio.ensure_future(post_hanging(url, timeout=0.3))
+        await asyncio.sleep(0.1)
+        task.cancel()  # the dispatcher's stop: the trial is cancelled, not timed out a moment later
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.4)  # past the trial timeout: its timer must not cancel anything now
+
+    asyncio.run(stopped())
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Python 3.10 does not count cancellations (Task.uncancel)")
+def test_a_stop_at_the_moment_gym_dies_still_cancels_the_trial(server: StandinGym) -> None:
+    url = hanging(server)
+
+    async def stopped_as_gym_dies() -> None:
+        http = HTTPPool()
+        loop = asyncio.get_running_loop()
+        dead: asyncio.Future[None] = loop.create_future()
+        task = asyncio.ensure_future(post_rollout(http, url, b"{}", 60, "reward", dead))
+        # One callback: Gym is declared dead (its callbacks run next) and the run is stopped (the task is cancelled).
+        loop.call_later(0.1, lambda: (dead.set_result(None), task.cancel()))
+        try:
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await http.aclose()
+
+    asyncio.run(stopped_as_gym_dies())
