@@ -284,8 +284,7 @@ def _materialized_rows(
             digests.append(by_index[index])
         for digest in digests:
             if digest in wanted and digest not in rows:
-                rows[digest] = _row_of_request(request)
-                break
+                rows[digest] = row
                 break
     return rows
 
