@@ -335,7 +335,8 @@ class GymSession:
             item.user_properties.extend(outcome.to_properties(item.spec.trace_url))
             if outcome.ok:
                 return outcome
-            self._errors.add()
+            if self.settings.max_errors:  # the shared count is read by --gym-max-errors only
+                self._errors.add()
             raise_fault(outcome, item.spec.trace_url)
         pytest.fail(message, pytrace=False)  # outside the except block: no chained traceback in the report
 

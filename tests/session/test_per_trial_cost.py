@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pytest_gym.runfolder.layout import ERRORS_FILE
 from tests.helpers.standin import Answer, StandinGym, serving
 
 COUNTING_CONFTEST = """
@@ -221,3 +222,19 @@ def test_the_shared_error_count_is_read_per_trial_only_under_an_error_budget(
     result.assert_outcomes(passed=4)
     calls = json.loads((pytester.path / "count-calls").read_text())
     assert (calls >= 4) if looked else (calls == 0), calls
+
+
+@pytest.mark.parametrize(("budget", "counted"), [((), None), (("--gym-max-errors", "9"), 4)])
+def test_errored_trials_are_counted_in_a_shared_file_only_under_an_error_budget(
+    pytester: pytest.Pytester, gym: StandinGym, budget: tuple[str, ...], counted: int | None
+) -> None:
+    """A file append per errored trial that only --gym-max-errors reads is not made without it."""
+    pytester.makeini("[pytest]\n")
+    write_rows(pytester, 4)
+    result = pytester.runpytest(
+        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-reward-key", "nope",
+        "--gym-run-dir", "run", *budget, "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist",
+    )  # fmt: skip
+    result.assert_outcomes(errors=4)
+    errors_file = pytester.path / "run" / ERRORS_FILE
+    assert (errors_file.stat().st_size if errors_file.exists() else None) == counted
