@@ -178,7 +178,7 @@ async def _bounded(
     this runs once per trial on the loop that pytest's thread shares the interpreter with."""
     task = asyncio.current_task()
     assert task is not None
-    why: list[str] = []
+    why: list[str] = []  # the first interruption; "" once the request is over (a late one is no longer ours)
 
     def interrupt(reason: str) -> None:
         if not why:
@@ -199,6 +199,7 @@ async def _bounded(
             raise _Interrupted(why[0]) from None
         raise
     finally:
+        why.append("")  # Gym's death may have queued on_dead already: removing it below does not unqueue it
         timer.cancel()
         if dead is not None:
             dead.remove_done_callback(on_dead)

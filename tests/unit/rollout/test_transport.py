@@ -11,7 +11,14 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_gym.rollout.http import HTTPPool
-from pytest_gym.rollout.transport import MAX_BODY_BYTES, TrialFault, parse_answer, post_rollout, post_rollout_once
+from pytest_gym.rollout.transport import (
+    MAX_BODY_BYTES,
+    TrialFault,
+    _bounded,
+    parse_answer,
+    post_rollout,
+    post_rollout_once,
+)
 from tests.helpers.standin import Answer, StandinGym, serving
 
 URL = "http://gym/run"
@@ -169,3 +176,21 @@ def test_a_stop_at_the_moment_gym_dies_still_cancels_the_trial(server: StandinGy
             await http.aclose()
 
     asyncio.run(stopped_as_gym_dies())
+
+
+def test_gym_dying_as_the_answer_arrives_cancels_nothing_the_trial_does_next() -> None:
+    async def answered_as_gym_dies() -> str:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str] = loop.create_future()
+        dead: asyncio.Future[None] = loop.create_future()
+
+        async def request() -> str:
+            return await answer
+
+        # One callback: the answer arrives (the trial resumes first), then Gym is declared dead.
+        loop.call_later(0.05, lambda: (answer.set_result("reward"), dead.set_result(None)))
+        result = await _bounded(request(), 10, dead)  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # the trial's next wait (recording, its next retry) is not cancelled
+        return result
+
+    assert asyncio.run(answered_as_gym_dies()) == "reward"
