@@ -37,22 +37,16 @@ from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec, from_properties, task_trials
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.current import SESSION_KEY, SESSION_PLUGIN
-from pytest_gym.exporters.api import ExportConfigError, Exporter, ExportResult, ExportRun
 from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.sequential import run_seed
-from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
-from pytest_gym.judge.summary import RunSummary
-from pytest_gym.judge.verdict_word import annotate
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, end_line, fresh_line, log_report, synthetic_reports
 from pytest_gym.report.terminal import run_lines, write_section
-from pytest_gym.review import compare_answers
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.layout import EXPORTED_FILES
 from pytest_gym.runfolder.records import RecordError
 from pytest_gym.runfolder.runinfo import write_shard_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
-from pytest_gym.runfolder.summary import write_summary
 from pytest_gym.runner.plan import PlanError, RunPlan, build_plan
 from pytest_gym.runner.run import GymRun
 from pytest_gym.runner.server import GymServer
@@ -61,6 +55,9 @@ from pytest_gym.suiteset import Suites
 from pytest_gym.xdist_hooks import WORKER_OUTPUT, worker_owner_pid, worker_queue, worker_run_dir, worker_slot
 
 if TYPE_CHECKING:
+    from pytest_gym.exporters.api import Exporter, ExportResult
+    from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
+    from pytest_gym.judge.summary import RunSummary
     from pytest_gym.runfolder.merge import ShardRecords
 
 T = TypeVar("T")
@@ -177,6 +174,7 @@ class GymSession:
         return session
 
     def _configured_exporters(self) -> list[Exporter]:
+        from pytest_gym.exporters.api import ExportConfigError
         from pytest_gym.exporters.registry import configured_exporters
 
         try:
@@ -444,6 +442,11 @@ class GymSession:
 
     def _judge(self, session: pytest.Session) -> None:
         """Judge the suites and write the summary, whatever Gym answered: each step may fail on its own."""
+        from pytest_gym.judge.summary import RunSummary
+        from pytest_gym.judge.verdict_word import annotate
+        from pytest_gym.review import compare_answers
+        from pytest_gym.runfolder.summary import write_summary
+
         results = self.results
         if results is None or not (results.trials or results.skips):
             return
@@ -544,12 +547,13 @@ class GymSession:
 
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""
+        from pytest_gym.exporters.api import ExportRun
+        from pytest_gym.exporters.registry import export_run
+
         self._scrub()  # what the exporters upload is masked by now (Gym still runs: masked again at its stop)
         artifacts = [self.run_dir / name for name in EXPORTED_FILES if (self.run_dir / name).is_file()]
         settings = self.settings.model_dump(mode="json")
         run = ExportRun.from_run_dir(self.run_dir, settings, int(session.exitstatus), artifacts)
-        from pytest_gym.exporters.registry import export_run
-
         self.exports = export_run(self.config.hook.pytest_gym_export, run, self.config)
         failed = any(result.status == "failed" for _, result in self.exports)
         if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:

@@ -24,7 +24,6 @@ from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
 from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.gates import Gate
-from pytest_gym.judge.suites import SuiteVerdict
 from pytest_gym.runfolder.layout import BENCHMARK_METRICS_FILE
 from pytest_gym.runfolder.runinfo import TaskRanges, record_task_ranges
 from pytest_gym.runner.plan import PlanError, gates_of
@@ -32,7 +31,7 @@ from pytest_gym.suitefile import suite_settings
 
 if TYPE_CHECKING:
     from pytest_gym.judge.known import KnownFailures
-    from pytest_gym.judge.suites import SuiteResults
+    from pytest_gym.judge.suites import SuiteResults, SuiteVerdict
     from pytest_gym.rollout.admission import Admission
 
 

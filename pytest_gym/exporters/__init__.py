@@ -4,6 +4,10 @@ The API (:mod:`.api`) is what third-party exporters build on; :mod:`.registry`
 finds, configures and runs them.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from pytest_gym.exporters.api import (
     ENTRY_POINT_GROUP,
     ExportConfigError,
@@ -17,7 +21,21 @@ from pytest_gym.exporters.api import (
     masked_artifact,
     plugin_version,
 )
-from pytest_gym.exporters.registry import ExporterRegistry, available_exporters, configure_exporters, run_exports
+
+if TYPE_CHECKING:
+    from pytest_gym.exporters.registry import ExporterRegistry, available_exporters, configure_exporters, run_exports
+
+_REGISTRY = ("ExporterRegistry", "available_exporters", "configure_exporters", "run_exports")
+
+
+def __getattr__(name: str) -> Any:
+    # the registry imports every built-in exporter: only the owner runs exports, workers never need it
+    if name in _REGISTRY:
+        from pytest_gym.exporters import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ENTRY_POINT_GROUP",

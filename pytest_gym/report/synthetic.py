@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
-from pytest_gym.judge.suites import SuiteVerdict
+if TYPE_CHECKING:
+    from pytest_gym.judge.suites import SuiteVerdict
 
 
 def _report(

@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
 from pytest_gym.core.words import counted
-from pytest_gym.exporters.api import ExportResult
-from pytest_gym.judge.summary import (
-    BaselineSummary,
-    ChangesSummary,
-    RunSummary,
-    SequentialSummary,
-    SuiteSummary,
-    TaskRef,
-    TotalsSummary,
-)
+
+if TYPE_CHECKING:
+    from pytest_gym.exporters.api import ExportResult
+    from pytest_gym.judge.summary import (
+        BaselineSummary,
+        ChangesSummary,
+        RunSummary,
+        SequentialSummary,
+        SuiteSummary,
+        TaskRef,
+        TotalsSummary,
+    )
+
 
 _SHOW_FAILURES = 5
 #: Flips against the baseline run listed with both answers.
