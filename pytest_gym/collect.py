@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -28,12 +28,14 @@ from pytest_gym.core.taskrule import parse_task_rule
 from pytest_gym.current import SessionView, current_session
 from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.gates import parse_gate, unreachable
-from pytest_gym.judge.known import KnownFailures
 from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.judge.sequential import task_order
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.runner.sources import NotRun
 from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
+
+if TYPE_CHECKING:
+    from pytest_gym.judge.known import KnownFailures
 
 
 class GymDuplicateRowWarning(pytest.PytestWarning):

@@ -17,12 +17,12 @@ import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
-from pytest_gym.judge.baseline import Comparison
-from pytest_gym.judge.health import SuiteHealth
-from pytest_gym.judge.intervals import ci_low_ceiling, evidence, tasks_for_ceiling, tasks_needed
-from pytest_gym.judge.stats import SuiteStats
+if TYPE_CHECKING:
+    from pytest_gym.judge.baseline import Comparison
+    from pytest_gym.judge.health import SuiteHealth
+    from pytest_gym.judge.stats import SuiteStats
 
 Metric = Literal[
     "mean_reward",
@@ -103,6 +103,10 @@ class GateSyntaxError(ValueError):
         self.text = text
         self.problem = problem
         super().__init__(f"invalid gate {text!r}: {problem}\n{GRAMMAR}")
+
+
+class BadGate(ValueError):
+    """A gate expression that does not parse, with where it came from (a usage error at the top)."""
 
 
 def _format_number(x: float) -> str:
@@ -204,6 +208,16 @@ def parse_gate(text: str) -> Gate:
     if trailing:
         raise GateSyntaxError(text, f"unexpected text after the threshold: {trailing!r}")
     return Gate(text=text, metric=metric, k=k, op=op, threshold=threshold, delta=delta, percent=percent)
+
+
+def parse_gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
+    gates = []
+    for text in expressions:
+        try:
+            gates.append(parse_gate(text))
+        except GateSyntaxError as exc:
+            raise BadGate(f"pytest-gym: bad gate from {where}: {exc}") from None
+    return gates
 
 
 @dataclass(frozen=True)
@@ -329,6 +343,8 @@ def _needed(gate: Gate, stats: SuiteStats) -> tuple[bool, int | None]:
     Undecided when the bound points at the threshold and the mean is strictly on the good side:
     ``ci_low >= t`` with mean > t, or ``ci_high <= t`` with mean < t (mirrored: 1 - reward vs 1 - t).
     """
+    from pytest_gym.judge.intervals import tasks_needed
+
     mean = stats.mean_reward
     if mean is None or not stats.rewards:
         return False, None
@@ -456,6 +472,8 @@ def _evaluate(
 
 def _ceiling(gate: Gate, stats: SuiteStats) -> str:
     """When the threshold is beyond what this many tasks can show even if every trial passed (failed)."""
+    from pytest_gym.judge.intervals import ci_low_ceiling, evidence, tasks_for_ceiling
+
     threshold = gate.threshold if gate.metric == "ci_low(mean_reward)" else 1.0 - gate.threshold
     n_floor = evidence(list(stats.rewards.values())).n_floor
     ceiling = ci_low_ceiling(n_floor)

@@ -23,10 +23,9 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_gym.judge.summary import KnownFailuresSummary, KnownTask
-
 if TYPE_CHECKING:
     from pytest_gym.judge.stats import SuiteStats
+    from pytest_gym.judge.summary import KnownFailuresSummary, KnownTask
 
 #: A task hash prefix this short would match tasks by chance.
 MIN_PREFIX = 8
@@ -130,6 +129,8 @@ def quarantine(known: KnownFailures, suite: str, task_hashes: Iterable[str]) -> 
 
 
 def _known_task(task_hash: str, entry: KnownEntry, lines: dict[str, int]) -> KnownTask:
+    from pytest_gym.judge.summary import KnownTask
+
     return KnownTask(
         hash=task_hash[:12],
         line=lines.get(task_hash),
@@ -142,6 +143,8 @@ def _known_task(task_hash: str, entry: KnownEntry, lines: dict[str, int]) -> Kno
 
 def known_summary(found: SuiteKnown, stats: SuiteStats, lines: dict[str, int]) -> KnownFailuresSummary:
     """The summary's section: listed tasks that failed, that passed (fixed), and expired entries."""
+    from pytest_gym.judge.summary import KnownFailuresSummary
+
     summary = KnownFailuresSummary(file=found.file)
     for task_hash, entry in found.listed.items():
         ts = stats.per_task.get(task_hash)

@@ -20,12 +20,13 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pytest_gym.judge.baseline import BaselineError, load_baselines
 from pytest_gym.judge.confseq import Capital, certain_bounds, confidence_sequence
 from pytest_gym.judge.gates import Gate, GateResult
-from pytest_gym.judge.stats import pass_at_k, pass_hat_k
-from pytest_gym.judge.summary import SequentialCheck, SequentialSummary
+
+if TYPE_CHECKING:
+    from pytest_gym.judge.summary import SequentialSummary
 
 #: The metrics a sequential run decides early (per-task bounded means); plus the baseline's drop.
 DECIDABLE = ("mean_reward", "pass@", "pass^", "error_rate")
@@ -60,6 +61,8 @@ def run_seed(seed: int | None, run_dir: str) -> int:
 def shared_means(path: str | None, suite: str, task_hashes: set[str]) -> dict[str, float]:
     """The baseline's mean reward of each of ``task_hashes`` it holds (the paired check's population);
     empty without a usable baseline (the judge reports why)."""
+    from pytest_gym.judge.baseline import BaselineError, load_baselines
+
     if not path:
         return {}
     try:
@@ -82,6 +85,8 @@ def decidable(gate: Gate) -> bool:
 
 def task_value(gate: Gate, trials: Trials, min_reward: float, errors_as: float) -> float:
     """The task's share of the gate's metric, errored trials counted as ``errors_as`` (0.0 or 1.0)."""
+    from pytest_gym.judge.stats import pass_at_k, pass_hat_k
+
     n = len(trials)
     if gate.metric == "error_rate":
         return sum(1 for r in trials if r is None) / n
@@ -294,6 +299,8 @@ def decided_gate(gate: Gate, seq: SequentialGate, population: int, confidence: f
 
 def sequence_summary(sequence: SuiteSequence, seed: int, stopped_early: bool) -> SequentialSummary:
     """The summary's account of a suite's sequential checks, with each one's confidence sequence over time."""
+    from pytest_gym.judge.summary import SequentialCheck, SequentialSummary
+
     checks = {}
     for seq in sequence.checks:
         # The paired check runs on (change + 1) / 2: shown as the change of mean reward, in [-1, 1].

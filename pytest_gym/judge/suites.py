@@ -27,7 +27,9 @@ from pytest_gym.judge.baseline import (
     update_baselines,
 )
 from pytest_gym.judge.efficiency import evaluate_efficiency, figures
-from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, GateSyntaxError, Imputed, evaluate, parse_gate
+from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, Imputed, evaluate
+from pytest_gym.judge.gates import BadGate as BadGate  # parsed where workers need them
+from pytest_gym.judge.gates import parse_gates as parse_gates
 from pytest_gym.judge.health import UNHEALTHY, SuiteHealth, suite_health
 from pytest_gym.judge.known import KnownFailures, SuiteKnown, known_summary, quarantine
 from pytest_gym.judge.savings import cut_short, skipped_text, spend, undecided
@@ -45,20 +47,6 @@ from pytest_gym.judge.summary import (
 )
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
 from pytest_gym.judge.verdict_word import annotate
-
-
-class BadGate(ValueError):
-    """A gate expression that does not parse, with where it came from (a usage error at the top)."""
-
-
-def parse_gates(expressions: tuple[str, ...], where: str) -> list[Gate]:
-    gates = []
-    for text in expressions:
-        try:
-            gates.append(parse_gate(text))
-        except GateSyntaxError as exc:
-            raise BadGate(f"pytest-gym: bad gate from {where}: {exc}") from None
-    return gates
 
 
 @dataclass

@@ -11,21 +11,21 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_gym.core.endpoint import GymError
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
-from pytest_gym.gym.preflight import check_start
-from pytest_gym.judge.gates import Gate
-from pytest_gym.judge.known import KnownFailures, KnownFailuresError, load_known_failures
-from pytest_gym.judge.suites import BadGate, parse_gates
+from pytest_gym.judge.gates import BadGate, Gate, parse_gates
 from pytest_gym.rollout.budget import parse_error_budget
 from pytest_gym.runfolder.layout import MATERIALIZED_FILE, NO_MODEL_CASSETTE, ROLLOUTS_FILE
 from pytest_gym.runfolder.location import check_run_dir_unused, new_run_dir
-from pytest_gym.runfolder.merge import MergeError, ShardRecords, index_shards, read_shard_folders
 from pytest_gym.runfolder.records import RecordError, iter_records
 from pytest_gym.runfolder.runinfo import Reusable, file_sha256, load_reusable
+
+if TYPE_CHECKING:
+    from pytest_gym.judge.known import KnownFailures
+    from pytest_gym.runfolder.merge import ShardRecords
 
 
 class PlanError(ValueError):
@@ -77,6 +77,8 @@ def build_plan(
         settings = settings.model_copy(update={"shard": None})
     check_combinations(settings)
     if owner and not collect_only and not settings.merge:
+        from pytest_gym.gym.preflight import check_start
+
         try:  # the gym CLI and Gym's configs: now, not after a Gym start and one error per trial
             check_start(settings, bases)
         except GymError as exc:
@@ -108,6 +110,8 @@ def build_plan(
 
 def known_failures(path: Path, rootdir: Path) -> KnownFailures:
     """The known-failures file, named in messages as from the rootdir; PlanError naming its line."""
+    from pytest_gym.judge.known import KnownFailuresError, load_known_failures
+
     try:
         shown = str(path.relative_to(rootdir)) if path.is_relative_to(rootdir) else str(path)
         return load_known_failures(path, shown)
@@ -251,6 +255,8 @@ def _no_model(settings: GymSettings, run_dir: Path, create: bool) -> GymSettings
 
 def _merge_sources(settings: GymSettings, rootdir: Path) -> tuple[GymSettings, ShardRecords]:
     """Check the shard folders and index their trials; the run takes the shards' datasets and repeats."""
+    from pytest_gym.runfolder.merge import MergeError, index_shards, read_shard_folders
+
     try:
         folders = read_shard_folders([Path(p) for p in settings.merge])
     except MergeError as exc:

@@ -31,7 +31,6 @@ from pytest_gym.gym.deployment import read_state
 from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.gym.trajectories import Finalizer, environment_servers, gym_python
 from pytest_gym.judge.messages import clean_outcome
-from pytest_gym.judge.summary import ConcurrencySummary
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
 from pytest_gym.runfolder.health import read_run_health
 from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_STARTED_FILE, UNAVAILABLE_REPORTED
@@ -48,6 +47,7 @@ from pytest_gym.runner.server import GymServer
 
 if TYPE_CHECKING:
     from pytest_gym.gym.rescore import RescoreResult
+    from pytest_gym.judge.summary import ConcurrencySummary
     from pytest_gym.rollout.admission import Admission
     from pytest_gym.rollout.dispatcher import Dispatcher
 
