@@ -27,12 +27,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.locks import held
-from pytest_gym.judge.summary import MAX_TIMELINE, ConcurrencySummary
 from pytest_gym.runfolder.layout import CONCURRENCY_LOG, CONCURRENCY_STATE
+
+if TYPE_CHECKING:
+    from pytest_gym.judge.summary import ConcurrencySummary
 
 #: Statuses that say "fewer at once, please".
 THROTTLE_STATUSES = frozenset({429, 503})
@@ -274,6 +276,8 @@ def make_limit(run_dir: Path, ceiling: int, *, adaptive: bool, shared: bool) -> 
 
 def _timeline(points: list[list[float]]) -> list[list[float]]:
     """At most ``MAX_TIMELINE`` points: the first, the last and evenly spaced ones between."""
+    from pytest_gym.judge.summary import MAX_TIMELINE
+
     if len(points) <= MAX_TIMELINE:
         return points
     step = (len(points) - 1) / (MAX_TIMELINE - 1)
@@ -282,6 +286,8 @@ def _timeline(points: list[list[float]]) -> list[list[float]]:
 
 def summarize(run_dir: Path, ceiling: int, adaptive: bool) -> ConcurrencySummary | None:
     """The run's rate limits and limit over time, from ``concurrency.jsonl``; None when it met none."""
+    from pytest_gym.judge.summary import ConcurrencySummary
+
     path = run_dir / CONCURRENCY_LOG
     try:
         if path.stat().st_size > _MAX_LOG_BYTES:
