@@ -18,7 +18,6 @@ from pytest_gym.core.locks import locked
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import Started, read_state, start_deployment, stop_started, write_state
 from pytest_gym.gym.discovery import discover
-from pytest_gym.gym.kept import NotKept, acquire_kept, release_kept
 from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK
 
 
@@ -45,6 +44,8 @@ def acquire(
         note = None  # why a Gym --gym-reuse asks to keep is started for this run alone
         try:
             if settings.reuse:
+                from pytest_gym.gym.kept import NotKept, acquire_kept
+
                 try:
                     endpoint, record = acquire_kept(settings, run_dir, owner_pid or os.getpid(), access)
                 except NotKept as exc:
@@ -70,6 +71,8 @@ def release(settings: GymSettings, run_dir: Path) -> list[str]:
         if state and "kept" in state and not state.get("released"):
             state["released"] = True
             write_state(run_dir, state)
+            from pytest_gym.gym.kept import release_kept
+
             return release_kept(state["kept"], run_dir)
         if not state or "started" not in state:
             return []

@@ -22,16 +22,7 @@ from pytest_gym.core.endpoint import GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.masking import POLICY_KEY_ENV, mask_secrets
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.discovery import discover
-from pytest_gym.gym.startargs import find_gym_cli, free_port, gym_command
-from pytest_gym.gym.startfailure import start_failure
-from pytest_gym.process.groups import (
-    Supervised,
-    spawn_supervised,
-    stop_supervised,
-    supervisor_popen,
-)
 from pytest_gym.runfolder.layout import GYM_LOG, STATE_FILE
-from pytest_gym.standins.launch import start_model_recorder, start_policy
 
 #: Starts of Gym when one fails because a port it picked was taken meanwhile (a race, see start_deployment).
 START_ATTEMPTS = 3
@@ -101,10 +92,12 @@ def _port_taken(log_path: Path, offset: int, max_bytes: int = 4 * 1024 * 1024) -
 def wait_ready(
     head_url: str, proc: subprocess.Popen[bytes], timeout: float, log_path: Path, access: GymAccess | None = None
 ) -> None:
+    from pytest_gym.gym.startfailure import start_failure
+    from pytest_gym.rollout.http import FetchError, fetch
+
     access = access or GymAccess()
     deadline = time.monotonic() + timeout
     last = "no answer yet"
-    from pytest_gym.rollout.http import FetchError, fetch
 
     while time.monotonic() < deadline:
         code = proc.poll()
@@ -145,6 +138,11 @@ def start_deployment(
     Both run under supervisors that stop them when this process (or ``owner_pid``) is gone, or once unused for
     ``idle`` (a kept Gym: seconds, its folder).
     """
+    # what starts Gym: only the process that starts it (workers and --gym-url runs attach)
+    from pytest_gym.gym.startargs import find_gym_cli, free_port, gym_command
+    from pytest_gym.process.groups import Supervised, spawn_supervised, stop_supervised, supervisor_popen
+    from pytest_gym.standins.launch import start_model_recorder, start_policy
+
     started = Started()
     run_dir.mkdir(parents=True, exist_ok=True)
     policy: Supervised | None = None
@@ -226,6 +224,8 @@ def start_deployment(
 
 def stop_started(started: Started, grace: float) -> list[str]:
     """Stop what ``started`` records, all at once; not cut short by SIGINT/SIGTERM meanwhile (bounded)."""
+    from pytest_gym.process.groups import Supervised, stop_supervised
+
     items = [Supervised(**item) for item in started.supervised]
     for item in items:
         if item.name == "gym":
