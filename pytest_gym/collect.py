@@ -32,7 +32,6 @@ from pytest_gym.judge.messages import failure_message, fault_message
 from pytest_gym.judge.sequential import task_order
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.runner.sources import NotRun
-from pytest_gym.suitefile import SuiteFileError, suite_hydra, suite_settings
 
 if TYPE_CHECKING:
     from pytest_gym.judge.known import KnownFailures
@@ -395,6 +394,8 @@ class GymDatasetFile(pytest.File):
 
     def collect(self) -> Iterable[GymTrial | GymTask]:
         if self.gate_problem:
+            from pytest_gym.suitefile import SuiteFileError
+
             raise SuiteFileError(self.gate_problem)
         extra = [f for f in (self.marker_field, self.required_field) if f]
         fields = tuple(dict.fromkeys((*self.keyword_fields, *self.label_fields, *extra)))
@@ -532,6 +533,8 @@ class GymDatasetFile(pytest.File):
         )
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        from pytest_gym.suitefile import SuiteFileError
+
         if isinstance(excinfo.value, (DatasetError, SuiteFileError)):
             # A dataset or suite file may hold (or point at) anything, /proc/self/environ included.
             return clean_text(str(excinfo.value), MAX_MESSAGE)
@@ -563,6 +566,8 @@ class GymSuiteFile(GymDatasetFile):
     """A ``*.gym.yaml`` suite file: its dataset's trials, judged with the file's settings."""
 
     def collect(self) -> Iterable[GymTrial | GymTask]:
+        from pytest_gym.suitefile import suite_hydra, suite_settings
+
         config = self.config
         settings, suite = suite_settings(
             self.path, config.getoption, config.getini, config.invocation_params.dir, ini_dir(config)

@@ -41,7 +41,6 @@ from pytest_gym.inidir import ini_dir
 from pytest_gym.judge.sequential import run_seed
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, end_line, fresh_line, log_report, synthetic_reports
-from pytest_gym.report.terminal import run_lines, write_section
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
 from pytest_gym.runfolder.layout import EXPORTED_FILES
 from pytest_gym.runfolder.records import RecordError
@@ -577,6 +576,8 @@ class GymSession:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Generator[None, None, None]:
+        from pytest_gym.report.terminal import run_lines, write_section
+
         result = yield
         if not self.verdicts and self.shard is not None and self.notes and terminalreporter.config.get_verbosity() >= 0:
             terminalreporter.write_sep("=", "pytest-gym")

@@ -27,7 +27,6 @@ from pytest_gym.judge.gates import Gate
 from pytest_gym.runfolder.layout import BENCHMARK_METRICS_FILE
 from pytest_gym.runfolder.runinfo import TaskRanges, record_task_ranges
 from pytest_gym.runner.plan import PlanError, gates_of
-from pytest_gym.suitefile import suite_settings
 
 if TYPE_CHECKING:
     from pytest_gym.judge.known import KnownFailures
@@ -126,6 +125,8 @@ class Suites:
 
     def add_benchmark_args(self) -> None:
         """``--gym-benchmark NAME``: its prepared data is collected as the suite ``NAME``."""
+        if not self.settings.benchmark:
+            return
         from pytest_gym.suitefile import SuiteFileError, benchmark_overrides
 
         config = self.config
@@ -234,6 +235,8 @@ class Suites:
             return bench_settings, usage_gates(bench_settings.gate, f"--gym-benchmark {suite}")
         if not is_suite_file(path):
             return self.settings, self.gates
+        from pytest_gym.suitefile import suite_settings
+
         settings, _ = suite_settings(
             path, config.getoption, config.getini, config.invocation_params.dir, ini_dir(config)
         )
