@@ -28,7 +28,7 @@ from pytest_gym.judge.baseline import (
 )
 from pytest_gym.judge.efficiency import evaluate_efficiency, figures
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, Imputed, evaluate
-from pytest_gym.judge.gates import BadGate as BadGate  # parsed where workers need them
+from pytest_gym.judge.gates import BadGate as BadGate  # it and parse_gates: moved, every process parses gates
 from pytest_gym.judge.gates import parse_gates as parse_gates
 from pytest_gym.judge.health import UNHEALTHY, SuiteHealth, suite_health
 from pytest_gym.judge.known import KnownFailures, SuiteKnown, known_summary, quarantine
