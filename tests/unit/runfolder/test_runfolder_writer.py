@@ -318,21 +318,29 @@ def test_a_write_that_fails_halfway_leaves_no_torn_line(tmp_path: Path, monkeypa
     assert [r["_ng_rollout_index"] for r in read_jsonl(tmp_path / ROLLOUTS_FILE)] == [0, 2]
 
 
-def test_a_record_is_one_write_per_file_under_its_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors of every ``os.write`` the writer makes (until ``monkeypatch.undo()``)."""
+    made: list[int] = []
+    real_write = os.write
+
+    def write(fd: int, data: Any) -> int:
+        made.append(fd)
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    return made
+
+
+def test_a_record_is_one_write_per_file_under_its_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writes: list[int]
+) -> None:
     """The rollout thread's system calls per trial are its cost: a record asks nothing else of the file (no
     seek to learn where it starts: a failed write is cut back by what it wrote, see the test above)."""
     writer = RunFolderWriter(tmp_path)
     asked: list[str] = []
     for name in ("lseek", "fstat", "stat", "ftruncate"):
         monkeypatch.setattr(os, name, lambda *a, _name=name, **k: asked.append(_name))
-    writes: list[int] = []
-    real_write = os.write
-
-    def write(fd: int, data: Any) -> int:
-        writes.append(fd)
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write)
     writer.record(rewarded(dict(ANSWER), request_for(ROW, 0, 0)))
     monkeypatch.undo()
     writer.close()
@@ -342,17 +350,9 @@ def test_a_record_is_one_write_per_file_under_its_lock(tmp_path: Path, monkeypat
 
 
 def test_a_batch_of_trials_is_one_write_per_file_in_the_order_they_finished(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writes: list[int]
 ) -> None:
-    writer = RunFolderWriter(tmp_path)
-    writes: list[int] = []
-    real_write = os.write
-
-    def write(fd: int, data: Any) -> int:
-        writes.append(fd)
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write)
+    writer = RunFolderWriter(tmp_path)  # new files: opening them writes nothing
     batch = [rewarded(dict(ANSWER), request_for(ROW, task, 0)) for task in (2, 0, 1)]
     batch.insert(1, faulted(request_for(ROW, 3, 1), "http_status", 500))
     writer.record_all(batch)
