@@ -42,7 +42,6 @@ from pytest_gym.judge.sequential import run_seed
 from pytest_gym.report.progress import Progress
 from pytest_gym.report.synthetic import deferred_reports, end_line, fresh_line, log_report, synthetic_reports
 from pytest_gym.rollout.budget import SharedErrorCount, parse_error_budget
-from pytest_gym.runfolder.layout import EXPORTED_FILES
 from pytest_gym.runfolder.records import RecordError
 from pytest_gym.runfolder.runinfo import write_shard_info
 from pytest_gym.runfolder.scrub import scrub_run_folder
@@ -116,7 +115,7 @@ class GymSession:
         self.early_aggregate = False
         self._finished = False
         self._sigterm_installed = False
-        self._errors = SharedErrorCount(plan.run_dir)
+        self._errors = SharedErrorCount(plan.run_dir, counted=bool(settings.max_errors))
         for name in settings.secret_env:
             add_secret(os.environ.get(name, ""))
         if self.owner:
@@ -332,8 +331,7 @@ class GymSession:
             item.user_properties.extend(outcome.to_properties(item.spec.trace_url))
             if outcome.ok:
                 return outcome
-            if self.settings.max_errors:  # the shared count is read by --gym-max-errors only
-                self._errors.add()
+            self._errors.add()
             raise_fault(outcome, item.spec.trace_url)
         pytest.fail(message, pytrace=False)  # outside the except block: no chained traceback in the report
 
@@ -416,8 +414,7 @@ class GymSession:
             if self.owner:
                 self._judge(session)
             else:
-                workeroutput = getattr(self.config, "workeroutput", None)
-                if workeroutput is not None:
+                if (workeroutput := getattr(self.config, "workeroutput", None)) is not None:
                     workeroutput[WORKER_OUTPUT] = self.worker_payload()
         except BaseException:
             self._stop_gym()
@@ -546,14 +543,12 @@ class GymSession:
 
     def _export(self, session: pytest.Session) -> None:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""
-        from pytest_gym.exporters.api import ExportRun
-        from pytest_gym.exporters.registry import export_run
+        from pytest_gym.exporters.registry import export_run_folder
 
         self._scrub()  # what the exporters upload is masked by now (Gym still runs: masked again at its stop)
-        artifacts = [self.run_dir / name for name in EXPORTED_FILES if (self.run_dir / name).is_file()]
         settings = self.settings.model_dump(mode="json")
-        run = ExportRun.from_run_dir(self.run_dir, settings, int(session.exitstatus), artifacts)
-        self.exports = export_run(self.config.hook.pytest_gym_export, run, self.config)
+        hook, status = self.config.hook.pytest_gym_export, int(session.exitstatus)
+        self.exports = export_run_folder(hook, self.config, self.run_dir, settings, status)
         failed = any(result.status == "failed" for _, result in self.exports)
         if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

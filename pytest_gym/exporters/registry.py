@@ -6,6 +6,7 @@ import difflib
 import importlib.metadata
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -24,6 +25,7 @@ from pytest_gym.exporters.github import GithubExporter
 from pytest_gym.exporters.mlflow import MlflowExporter
 from pytest_gym.exporters.summary import SummaryExporter
 from pytest_gym.exporters.wandb import WandbExporter
+from pytest_gym.runfolder.layout import EXPORTED_FILES
 
 
 class ExporterRegistry(dict[str, type[Exporter]]):
@@ -255,6 +257,14 @@ def export_run(hook: Callable[..., list[Any]], run: ExportRun, config: object) -
         elif isinstance(returned, list):
             results.extend((str(name), result) for name, result in returned if isinstance(result, ExportResult))
     return results
+
+
+def export_run_folder(
+    hook: Callable[..., list[Any]], config: object, run_dir: Path, settings: dict[str, Any], exit_status: int
+) -> list[tuple[str, ExportResult]]:
+    """Export the run folder (its exported files that exist) through the ``pytest_gym_export`` hook."""
+    artifacts = [run_dir / name for name in EXPORTED_FILES if (run_dir / name).is_file()]
+    return export_run(hook, ExportRun.from_run_dir(run_dir, settings, exit_status, artifacts), config)
 
 
 def configured_exporters(

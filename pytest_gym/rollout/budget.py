@@ -52,10 +52,14 @@ def parse_error_budget(text: str | None) -> ErrorBudget:
 class SharedErrorCount:
     """Errored trials of the whole run, shared by xdist workers: one byte appended per error."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, counted: bool = True) -> None:
         self.path = run_dir / ERRORS_FILE
+        #: Whether errors are counted at all: only --gym-max-errors reads the count (a file append per error).
+        self.counted = counted
 
     def add(self) -> None:
+        if not self.counted:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
