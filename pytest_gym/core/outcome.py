@@ -48,6 +48,10 @@ class TrialSpec:
         return f"{self.task.short_hash}-r{self.repeat}-{where}"
 
 
+#: ``TrialOutcome`` fields that stay in this process: caches of work already done, not part of the outcome.
+TRANSIENT = frozenset({"answer_text", "request_bytes"})
+
+
 @dataclass
 class TrialOutcome:
     """A finished rollout: a reward, or an infrastructure fault (never both)."""
@@ -78,6 +82,11 @@ class TrialOutcome:
     #: Not run, and reported as skipped: why (``budget``, ``decided``: its task's verdict was,
     #: ``sequential``: its suite's gates were).
     skipped: str | None = None
+    #: This process only, never serialised (``TRANSIENT``): the JSON the answer and the request were already
+    #: turned into (the masking check, the POST), each with the object it is of, so that the run folder's writer
+    #: does not serialise a large answer or row again; valid while ``answer``/``request`` is still that object.
+    answer_text: tuple[dict[str, Any], str] | None = field(default=None, repr=False, compare=False)
+    request_bytes: tuple[dict[str, Any], bytes] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def for_spec(cls, spec: TrialSpec, **fields: Any) -> TrialOutcome:
@@ -129,12 +138,12 @@ class TrialOutcome:
 
     def to_json(self) -> dict[str, Any]:
         """A shallow dict of the fields (``answer`` and ``request`` are shared, not copied): for ``json.dumps``."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        return {name: getattr(self, name) for name in self.__dataclass_fields__ if name not in TRANSIENT}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> TrialOutcome:
         """The outcome ``to_json`` described (unknown keys are ignored, so older files still read)."""
-        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data and name not in TRANSIENT}
         known["tokens"] = dict(known.get("tokens") or {})
         known["health"] = tuple(str(code) for code in known.get("health") or ())
         return cls(**known)

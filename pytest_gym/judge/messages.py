@@ -181,6 +181,8 @@ def clean_outcome(outcome: TrialOutcome, masker: Masker | None = None) -> None:
             outcome.error = "Gym's answer nests deeper than pytest-gym reads (64 levels); is the verifier sound?"
         else:
             outcome.answer = answer
+            if text is not None:  # needed no masking: it is the answer's JSON, which the run folder's record reuses
+                outcome.answer_text = (answer, text)
     if outcome.error is not None:
         outcome.error = clean_text(outcome.error, MAX_FIELD, masker)
     if outcome.error_class is not None:

@@ -281,8 +281,9 @@ class Rollouts:
             body = build_request(
                 row, agent if spec.agent or not own else None, spec.task_index, spec.repeat, spec.rollout_id
             )
-            outcome.request = body
-            answer, reward, latency = await self._post(url, encode(body), spec.reward_key, outcome, headers)
+            payload = encode(body)
+            outcome.request, outcome.request_bytes = body, (body, payload)
+            answer, reward, latency = await self._post(url, payload, spec.reward_key, outcome, headers)
         except TrialFault as fault:
             outcome.error_class, outcome.error, outcome.http_status = (
                 fault.error_class,

@@ -181,11 +181,12 @@ _SERVER_DID_NOT_RUN = frozenset({429, 502, 503, 504})
 #: Our error classes for a trial that was stopped rather than failed.
 _NOT_PERSISTED = frozenset({"cancelled"})
 #: Gym's resolved config can hold the policy key unmasked; it never goes into a record.
-_CONFIG_DUMP_KEYS = frozenset({"global_config_dict", "global_config_dict_yaml"})
+#: Gym's config dump in an answer: never recorded (it may hold the policy key).
+CONFIG_DUMP_KEYS = frozenset({"global_config_dict", "global_config_dict_yaml"})
 
 
 def without_config(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in data.items() if key not in _CONFIG_DUMP_KEYS}
+    return {key: value for key, value in data.items() if key not in CONFIG_DUMP_KEYS}
 
 
 def stamp_server(record: dict[str, Any], server: EnvironmentServer | None) -> None:
@@ -232,6 +233,31 @@ def rollout_record(outcome: TrialOutcome, server: EnvironmentServer | None = Non
     record = without_config(outcome.answer)
     _stamp(record, outcome, server)
     return record
+
+
+#: Keys the stamps of a record write, and Gym's config dump: an answer holding any is recorded the long way.
+_STAMPED_KEYS = CONFIG_DUMP_KEYS | {
+    TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, *REQUEST_STAMPS, AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, RESULT_TYPE_KEY,
+    NODEID_KEY, TASK_HASH_KEY, ATTEMPTS_KEY, LATENCY_KEY, TRACE_ID_KEY, HEALTH_KEY,
+}  # fmt: skip
+
+
+def rollout_record_text(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> str | None:
+    """The compact JSON text of ``rollout_record(outcome, server)``, made from the answer's JSON made before
+    (``outcome.answer_text``, by the masking check) and its stamps' own: a large answer is not serialised again.
+    None when there is no such text or the answer holds a key the stamps write (then serialise the record)."""
+    cached, answer = outcome.answer_text, outcome.answer
+    if not outcome.ok or cached is None or cached[0] is not answer or not answer:
+        return None
+    if TASK_INDEX_KEY not in (outcome.request or {}) or not answer.keys().isdisjoint(_STAMPED_KEYS):
+        return None
+    stamps: dict[str, Any] = {}
+    _stamp(stamps, outcome, server)  # the keys it adds come after the answer's, as in rollout_record's dict
+    try:
+        text = json.dumps(stamps, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        return None
+    return f"{cached[1][:-1]},{text[1:]}"
 
 
 def failure_record(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> dict[str, Any] | None:

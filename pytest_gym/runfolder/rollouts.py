@@ -46,6 +46,7 @@ from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.records import (
     AGENT_REF_KEY,
+    CONFIG_DUMP_KEYS,
     ENVIRONMENT_SERVER_KEY,
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
@@ -53,6 +54,7 @@ from pytest_gym.runfolder.records import (
     failure_record,
     finite,
     rollout_record,
+    rollout_record_text,
     without_config,
 )
 
@@ -135,7 +137,7 @@ class RunFolderWriter:
         failure: Exception | None = None
         for outcome in outcomes:
             try:
-                lines = [(name, self._line(data)) for name, data in self._records(outcome)]  # before any lock
+                lines = self._lines(outcome)  # before any lock
             except Exception as exc:
                 failure = failure or exc
                 continue
@@ -149,16 +151,36 @@ class RunFolderWriter:
         if failure is not None:
             raise failure
 
-    def _records(self, outcome: TrialOutcome) -> list[tuple[str, dict[str, Any]]]:
-        """(file, record) of one trial: its request, then its rollout or its failure row."""
+    def _lines(self, outcome: TrialOutcome) -> list[tuple[str, bytes]]:
+        """(file, line) of one trial: its request, then its rollout or its failure row. The JSON made before (the
+        POST's body, the answer's masking check) is reused where it is the record's, and checked again whole."""
         server = self.server_for(outcome)
-        records: list[tuple[str, dict[str, Any]]] = []
-        if outcome.request is not None:
-            records.append((MATERIALIZED_FILE, without_config(outcome.request)))
-        result = rollout_record(outcome, server) if outcome.ok else failure_record(outcome, server)
-        if result is not None:
-            records.append((ROLLOUTS_FILE if outcome.ok else FAILURES_FILE, result))
-        return records
+        lines: list[tuple[str, bytes]] = []
+        request = outcome.request
+        if request is not None:
+            sent = outcome.request_bytes
+            made = sent[1] if sent is not None and sent[0] is request and CONFIG_DUMP_KEYS.isdisjoint(request) else None
+            lines.append((MATERIALIZED_FILE, self._checked(made) or self._line(without_config(request))))
+        if outcome.ok:
+            line = self._checked(rollout_record_text(outcome, server))
+            record = rollout_record(outcome, server) if line is None else None
+            lines.append((ROLLOUTS_FILE, line or self._line(record or {})))
+        else:
+            failure = failure_record(outcome, server)
+            if failure is not None:
+                lines.append((FAILURES_FILE, self._line(failure)))
+        return lines
+
+    def _checked(self, made: str | bytes | None) -> bytes | None:
+        """A record's compact JSON made before, as a line: if it is UTF-8 with nothing to mask (checked whole)."""
+        if made is None:
+            return None
+        try:
+            text = made.decode("utf-8") if isinstance(made, bytes) else made
+            data = made if isinstance(made, bytes) else made.encode("utf-8")
+        except UnicodeError:
+            return None
+        return None if self._masker.suspicious(text) else data + b"\n"
 
     def append_rollout(self, record: Mapping[str, Any]) -> None:
         """Copy a finished record (reused from an earlier run by --gym-resume) into this run's rollouts."""

@@ -3,6 +3,7 @@ tests/gym/test_gym_tools_read_our_run_folder.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import errno
 import hashlib
@@ -16,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pytest_gym.core.jsonl import read_jsonl
+from pytest_gym.core.masking import Masker
+from pytest_gym.judge.messages import clean_outcome
+from pytest_gym.rollout.transport import TrialFault, encode
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter, aggregate_entry, aggregate_request, write_aggregate_metrics
 from tests.helpers.paths import ROOT
@@ -450,3 +456,72 @@ def test_aggregate_request_is_what_gyms_collector_posts() -> None:
         assert entry["_ng_environment_server"] == "mcqa_environment_server"
     assert [r["reward"] for r in responses] == [1.0, 0.0]
     json.dumps(body, allow_nan=False)
+
+
+# -- records made from the JSON made before --------------------------------------------------------------------
+
+_TEXT = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(
+        ["password: hunter2-secret", "https://user:pw@host/x", "sk-proj-4fA9xQ2mZ7", "\ud800", "\U0001f600"]
+    ),
+)
+_KEYS = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["agent_ref", "_ng_task_index", "global_config_dict", "_pytest_gym_nodeid", "api_key", "reward"]),
+)
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), _TEXT),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=3)),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(answer=st.dictionaries(_KEYS, _JSON, max_size=5), row=st.dictionaries(_KEYS, _JSON, max_size=4))
+def test_records_made_from_the_json_made_before_are_byte_for_byte_the_records_made_anew(
+    tmp_path_factory: pytest.TempPathFactory, answer: dict[str, Any], row: dict[str, Any]
+) -> None:
+    """The writer reuses the POST's body and the answer's masking-check JSON for the request and rollout lines
+    (one serialisation per trial): whatever the answer and the row hold (secrets, stamped keys, NaN, lone
+    surrogates), the lines are those a writer serialising every record itself makes."""
+    answer = {**answer, "reward": 1.0}
+    request = request_for(row, 3, 1, _ng_rollout_id="r-1")
+    made = rewarded(answer, request)
+    with contextlib.suppress(TrialFault):
+        made.request_bytes = (request, encode(request))
+    clean_outcome(made, Masker())
+    plain = copy.copy(made)
+    plain.answer_text = plain.request_bytes = None
+    folders = []
+    for outcome in (made, plain):
+        folder = tmp_path_factory.mktemp("run")
+        with RunFolderWriter(folder, servers={AGENT: SERVER}) as writer, contextlib.suppress(ValueError):
+            writer.record(outcome)
+        folders.append(folder)
+    for name in (MATERIALIZED_FILE, ROLLOUTS_FILE, FAILURES_FILE):
+        reused, anew = (folder / name for folder in folders)
+        assert reused.read_bytes() == anew.read_bytes(), name
+
+
+def test_a_trials_answer_and_row_are_serialised_once_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    request = request_for(ROW, 0, 0)
+    outcome = rewarded(copy.deepcopy(ANSWER), request)
+    outcome.request_bytes = (request, encode(request))
+    clean_outcome(outcome, Masker())  # the answer's one serialisation: its masking check
+    serialised: list[object] = []
+    real_dumps = json.dumps
+
+    def dumps(data: Any, **kwargs: Any) -> str:
+        serialised.append(data)
+        return real_dumps(data, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", dumps)
+    with RunFolderWriter(tmp_path, servers={AGENT: SERVER}) as writer:
+        writer.record(outcome)
+    monkeypatch.undo()
+    assert all("response" not in data and "responses_create_params" not in data for data in serialised), serialised
+    assert len(serialised) == 1  # the stamps alone
+    record = read_jsonl(tmp_path / ROLLOUTS_FILE)[0]
+    assert record == {**ANSWER, **{k: record[k] for k in record if k not in ANSWER}}
+    assert read_jsonl(tmp_path / MATERIALIZED_FILE) == [request]
