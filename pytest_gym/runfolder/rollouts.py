@@ -137,7 +137,7 @@ class RunFolderWriter:
         failure: Exception | None = None
         for outcome in outcomes:
             try:
-                lines = self._lines(outcome)  # before any lock
+                lines = self.lines_of(outcome)  # before any lock
             except Exception as exc:
                 failure = failure or exc
                 continue
@@ -151,7 +151,7 @@ class RunFolderWriter:
         if failure is not None:
             raise failure
 
-    def _lines(self, outcome: TrialOutcome) -> list[tuple[str, bytes]]:
+    def lines_of(self, outcome: TrialOutcome) -> list[tuple[str, bytes]]:
         """(file, line) of one trial: its request, then its rollout or its failure row. The JSON made before (the
         POST's body, the answer's masking check) is reused where it is the record's, and checked again whole."""
         server = self.server_for(outcome)

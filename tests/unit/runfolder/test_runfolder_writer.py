@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -477,10 +478,16 @@ _JSON = st.recursive(
 )
 
 
+@pytest.fixture(scope="module")
+def one_writer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunFolderWriter]:
+    with RunFolderWriter(tmp_path_factory.mktemp("run"), servers={AGENT: SERVER}) as writer:
+        yield writer
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(answer=st.dictionaries(_KEYS, _JSON, max_size=5), row=st.dictionaries(_KEYS, _JSON, max_size=4))
 def test_records_made_from_the_json_made_before_are_byte_for_byte_the_records_made_anew(
-    tmp_path_factory: pytest.TempPathFactory, answer: dict[str, Any], row: dict[str, Any]
+    one_writer: RunFolderWriter, answer: dict[str, Any], row: dict[str, Any]
 ) -> None:
     """The writer reuses the POST's body and the answer's masking-check JSON for the request and rollout lines
     (one serialisation per trial): whatever the answer and the row hold (secrets, stamped keys, NaN, lone
@@ -493,15 +500,7 @@ def test_records_made_from_the_json_made_before_are_byte_for_byte_the_records_ma
     clean_outcome(made, Masker())
     plain = copy.copy(made)
     plain.answer_text = plain.request_bytes = None
-    folders = []
-    for outcome in (made, plain):
-        folder = tmp_path_factory.mktemp("run")
-        with RunFolderWriter(folder, servers={AGENT: SERVER}) as writer, contextlib.suppress(ValueError):
-            writer.record(outcome)
-        folders.append(folder)
-    for name in (MATERIALIZED_FILE, ROLLOUTS_FILE, FAILURES_FILE):
-        reused, anew = (folder / name for folder in folders)
-        assert reused.read_bytes() == anew.read_bytes(), name
+    assert one_writer.lines_of(made) == one_writer.lines_of(plain)
 
 
 def test_a_trials_answer_and_row_are_serialised_once_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
