@@ -261,6 +261,9 @@ class Claims(Protocol):
 
     #: Whether the rollouts in flight at the end of the session must finish: another process may wait for them.
     drain_at_close: bool
+    #: Whether another process may report a trial this one ran as soon as it is published: then its record must
+    #: be in the run folder first (the xdist controller asks Gym for its metrics once the last trial reported).
+    shared_outcomes: bool
 
     def claim(self, nodeid: str) -> bool:
         """Take a trial for this process; False when another process has it."""
@@ -302,6 +305,7 @@ class LocalClaims:
     """One process: every trial is this process's, and outcomes stay in memory."""
 
     drain_at_close = False  # nobody else waits for a rollout: what is in flight at the end is cancelled
+    shared_outcomes = False
 
     def claim(self, nodeid: str) -> bool:
         return True
@@ -338,6 +342,7 @@ class BoardClaims:
     """xdist workers: claims and outcomes on a ``ClaimBoard``; with more workers than slots, ``GlobalSlots``."""
 
     drain_at_close = True  # another worker may be waiting for a rollout in flight here
+    shared_outcomes = True
 
     def __init__(self, board: ClaimBoard, global_slots: GlobalSlots | None = None) -> None:
         self.board = board

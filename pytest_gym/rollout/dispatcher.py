@@ -22,8 +22,9 @@ masking, a locked append) took it from a busy pytest thread at every trial and h
 call: recorded by pytest's thread, a run of 1280 trials against an instant stand-in costs about 5% less CPU
 (``benchmarks/cpu.py``). A rollout pytest's thread leaves unrecorded for ``RECORD_WITHIN_S`` (it is busy with
 another test) is recorded on the loop. So a trial run here is recorded before its item reports here, and no
-finished rollout waits longer than that for its record (under xdist, an item reporting a trial that another
-worker ran may come first).
+finished rollout waits longer than that for its record. Under xdist (``Claims.shared_outcomes``) another worker
+may report a trial as soon as it is published, and the controller then reads the run folder: there, a rollout is
+recorded on the loop before it is published.
 
 ``stop()`` (after ``-x``, ``--maxfail``, Ctrl-C) starts nothing new and cancels
 what is in flight. ``close()`` at the end of the session lets the rollouts in
@@ -633,9 +634,12 @@ class Dispatcher:
             self._guard("recording a rollout", listener, outcome)
         if self.recorders:
             self._unrecorded.append((time.monotonic(), outcome))
-            self._signal_news()
-            if self._late_timer is None:
-                self._late_timer = self._loop.call_later(RECORD_WITHIN_S, self._record_late)
+            if self.claims.shared_outcomes:  # another worker may report it once published: on file before that
+                self.record_pending()
+            else:
+                self._signal_news()
+                if self._late_timer is None:
+                    self._late_timer = self._loop.call_later(RECORD_WITHIN_S, self._record_late)
         if self._guard("publishing a rollout to the other workers", self.claims.publish, outcome):
             with self._lock:
                 if spec.nodeid not in self._waiting and spec.nodeid not in self._mine:

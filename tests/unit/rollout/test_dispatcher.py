@@ -606,3 +606,33 @@ def test_a_refusal_yields_to_another_workers_claim_made_first(fake: StandinGym, 
     finally:
         dispatcher.close()
     assert runs(fake) == []
+
+
+def test_under_xdist_a_rollout_is_recorded_before_another_worker_can_take_it(
+    fake: StandinGym, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker may report a trial as soon as it is on the board, and the controller then reads the run
+    folder (Gym's aggregate metrics once the last trial reported): the record comes first, even while this
+    worker's pytest thread is busy elsewhere and asks for nothing."""
+    monkeypatch.setattr(dispatch, "RECORD_WITHIN_S", 3600.0)  # no late recording on the loop to rely on
+    specs = make_specs(tmp_path, 4)
+    claims = BoardClaims(ClaimBoard(tmp_path / "board"))
+    recorded: list[str] = []
+    unrecorded_at_publish: list[str] = []
+    publish = claims.publish
+
+    def checked_publish(outcome: TrialOutcome) -> None:
+        if outcome.nodeid not in recorded:
+            unrecorded_at_publish.append(outcome.nodeid)
+        publish(outcome)
+
+    monkeypatch.setattr(claims, "publish", checked_publish)
+    dispatcher = make_dispatcher(fake, concurrency=4, claims=claims)
+    dispatcher.recorders.append(lambda batch: recorded.extend(o.nodeid for o in batch))
+    dispatcher.plan(specs)  # prefetched; pytest's thread asks for none of them
+    try:
+        wait_for(lambda: len(recorded) == len(specs), timeout=10)
+    finally:
+        dispatcher.close()
+    assert unrecorded_at_publish == []
+    assert sorted(recorded) == sorted(s.nodeid for s in specs)
