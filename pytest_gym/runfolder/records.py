@@ -181,7 +181,6 @@ _SERVER_DID_NOT_RUN = frozenset({429, 502, 503, 504})
 #: Our error classes for a trial that was stopped rather than failed.
 _NOT_PERSISTED = frozenset({"cancelled"})
 #: Gym's resolved config can hold the policy key unmasked; it never goes into a record.
-#: Gym's config dump in an answer: never recorded (it may hold the policy key).
 CONFIG_DUMP_KEYS = frozenset({"global_config_dict", "global_config_dict_yaml"})
 
 
