@@ -234,24 +234,20 @@ def rollout_record(outcome: TrialOutcome, server: EnvironmentServer | None = Non
     return record
 
 
-#: Keys the stamps of a record write, and Gym's config dump: an answer holding any is recorded the long way.
-_STAMPED_KEYS = CONFIG_DUMP_KEYS | {
-    TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, *REQUEST_STAMPS, AGENT_REF_KEY, ENVIRONMENT_SERVER_KEY, RESULT_TYPE_KEY,
-    NODEID_KEY, TASK_HASH_KEY, ATTEMPTS_KEY, LATENCY_KEY, TRACE_ID_KEY, HEALTH_KEY,
-}  # fmt: skip
-
-
 def rollout_record_text(outcome: TrialOutcome, server: EnvironmentServer | None = None) -> str | None:
     """The compact JSON text of ``rollout_record(outcome, server)``, made from the answer's JSON made before
     (``outcome.answer_text``, by the masking check) and its stamps' own: a large answer is not serialised again.
-    None when there is no such text or the answer holds a key the stamps write (then serialise the record)."""
+    None when there is no such text or the answer holds a key the stamps write or Gym's config dump (then
+    serialise the record: the stamps overwrite such a key in place, and ``without_config`` drops the dump)."""
     cached, answer = outcome.answer_text, outcome.answer
     if not outcome.ok or cached is None or cached[0] is not answer or not answer:
         return None
-    if TASK_INDEX_KEY not in (outcome.request or {}) or not answer.keys().isdisjoint(_STAMPED_KEYS):
+    if TASK_INDEX_KEY not in (outcome.request or {}) or not answer.keys().isdisjoint(CONFIG_DUMP_KEYS):
         return None
     stamps: dict[str, Any] = {}
     _stamp(stamps, outcome, server)  # the keys it adds come after the answer's, as in rollout_record's dict
+    if not answer.keys().isdisjoint(stamps):
+        return None
     try:
         text = json.dumps(stamps, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except ValueError:

@@ -163,8 +163,11 @@ class RunFolderWriter:
             lines.append((MATERIALIZED_FILE, self._checked(made) or self._line(without_config(request))))
         if outcome.ok:
             line = self._checked(rollout_record_text(outcome, server))
-            record = rollout_record(outcome, server) if line is None else None
-            lines.append((ROLLOUTS_FILE, line or self._line(record or {})))
+            if line is None:
+                record = rollout_record(outcome, server)
+                assert record is not None  # a rewarded trial has one (rollout_record raises otherwise)
+                line = self._line(record)
+            lines.append((ROLLOUTS_FILE, line))
         else:
             failure = failure_record(outcome, server)
             if failure is not None:
