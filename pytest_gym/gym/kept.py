@@ -7,7 +7,9 @@ designed out:
 
 - **Identity**: a kept Gym is found by a fingerprint of everything its start depends on (the start settings,
   the contents of local config files, the Gym CLI, the values of the variables Gym and the policy read,
-  hashed: no secret is written). Anything else differs: another Gym starts.
+  hashed: no secret is written). Anything else differs: another Gym starts. What the scripted policy answers
+  (``--gym-policy-answer``, its latency, ``PYTEST_GYM_POLICY_SCRIPT``) is not part of it: each lease scripts
+  the policy anew, so a run that only changes the answer attaches instead of paying a start.
 - **One run at a time**: a run holds a kept Gym's lease from its start to its end; a run that finds every slot
   of its fingerprint leased starts another (up to ``SLOTS``), else one for itself only.
 - **Per-run captures**: Gym writes model-call captures into ``DIR/<entry>/model_calls``, a link switched to the
@@ -18,7 +20,9 @@ designed out:
   (your terminal's shell, the CI job; the pid in ``DIR/owner`` when that file names a live process), or with
   ``python -m pytest_gym stop-kept DIR``. A kept Gym found dead is cleared and started again.
 
-Not for ``--gym-policy record|replay`` or ``--gym-rescore``: their model stand-in belongs to one run's folder.
+``--gym-policy record|replay`` and ``--gym-rescore`` runs keep theirs too: the recorder in place of the model is
+leased with the Gym (``PUT /_lease``: this run's mode, folder, upstream and cassette), so a recording, its replays
+and rescores of one environment share one Gym; at the end the run's recorder stats go into its own log.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,21 +47,26 @@ from pytest_gym.gym.discovery import discover
 from pytest_gym.gym.startargs import find_gym_cli
 from pytest_gym.gym.trajectories import capture_dir
 from pytest_gym.process.keep import give_back, lease_holder, lock_path, take_lease
-from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, POLICY_LOG, STATE_FILE
+from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, POLICY_LOG, RECORDER_LOG, STATE_FILE
 from pytest_gym.standins import SCRIPT_ENV
 
 #: Kept Gyms per fingerprint (runs of the same settings at the same time each get one).
 SLOTS = 4
+#: The logs of a kept Gym's processes: each run gets the part written while it held the lease.
+KEPT_LOGS = (GYM_LOG, POLICY_LOG, RECORDER_LOG)
+#: Policies served by the recorder, which each lease tells what to do (``standins.recorder``).
+RECORDER_POLICIES = ("record", "replay")
 #: The file of a pool that names the process its Gyms live as long as (instead of pytest's parent).
 OWNER_FILE = "owner"
-#: What a start depends on besides the settings: these variables' values (hashed), where set.
-_START_VARIABLES = (POLICY_KEY_ENV, SCRIPT_ENV)
+#: What a start depends on besides the settings: these variables' values (hashed), where set. Not ``SCRIPT_ENV``:
+#: the scripted policy's script is set at every lease (``_reset_policy``), like its answer and latency.
+_START_VARIABLES = (POLICY_KEY_ENV,)
 _START_PREFIXES = ("NEMO_GYM", "RAY_")
 #: The settings a start depends on (startargs.gym_command, deployment.gym_environment, standins.launch).
 START_SETTINGS = (
-    "config", "resources_server", "model_type", "set", "model_url", "model", "policy", "policy_answer",
-    "policy_latency_ms", "cli", "server_venv", "trajectories", "env", "secret_env", "bind_resources_server",
-    "hydra", "benchmark", "search_dir", "benchmark_data", "agent_type", "header",
+    "config", "resources_server", "model_type", "set", "model_url", "model", "policy", "cli", "server_venv",
+    "trajectories", "env", "secret_env", "bind_resources_server", "hydra", "benchmark", "search_dir",
+    "benchmark_data", "agent_type", "header",
 )  # fmt: skip
 
 
@@ -74,6 +83,8 @@ def fingerprint(settings: GymSettings, environ: dict[str, str] | None = None) ->
     """What a kept Gym must have been started with to serve this run: 16 hex digits."""
     environ = dict(os.environ) if environ is None else environ
     data: dict[str, Any] = {name: getattr(settings, name) for name in START_SETTINGS}
+    if settings.policy in RECORDER_POLICIES:  # one recorder serves both, its mode and upstream set per lease
+        data.update(policy="recorder", model_url=None)
     try:
         data["cli"] = find_gym_cli(settings.cli)
     except GymError:  # the start says so, in its words
@@ -132,7 +143,8 @@ def _point_captures(entry: Path, run_dir: Path) -> None:
 
 
 def _reset_policy(settings: GymSettings, endpoint: GymEndpoint) -> None:
-    """A kept scripted policy answers as a fresh one would: its start script, its counts at zero."""
+    """A kept scripted policy answers as this run's fresh one would: this run's start script (answer, latency,
+    ``PYTEST_GYM_POLICY_SCRIPT``), its counts at zero."""
     from pytest_gym.rollout.http import FetchError, fetch  # imported when used, as by discovery
     from pytest_gym.standins.policy import start_script  # a server module (http.server): only a kept Gym needs it
 
@@ -150,6 +162,44 @@ def _reset_policy(settings: GymSettings, endpoint: GymEndpoint) -> None:
         raise GymError(f"--gym-reuse: the kept scripted policy at {url} refused its start script (HTTP {status})")
 
 
+def _lease_recorder(settings: GymSettings, endpoint: GymEndpoint, run_dir: Path) -> GymEndpoint:
+    """The kept recorder serves this run as one started for it would: its mode, folder, upstream and cassette.
+    Returns the endpoint naming it by this run's mode."""
+    from pytest_gym.rollout.http import FetchError, fetch
+    from pytest_gym.standins.launch import recorder_lease
+
+    if settings.policy not in RECORDER_POLICIES or endpoint.policy_url is None:
+        return endpoint
+    url = endpoint.policy_url.removesuffix("/v1") + "/_lease"
+    try:
+        status, data = fetch("PUT", url, json.dumps(recorder_lease(settings, run_dir)).encode(), 30)
+    except FetchError as exc:
+        raise GymError(f"--gym-reuse: the kept model recorder at {url} did not take this run: {exc}") from None
+    if status != 200:
+        raise GymError(f"--gym-reuse: {_answer_message(data) or f'the kept model recorder answered HTTP {status}'}")
+    servers = [
+        replace(s, process_name=f"model_{settings.policy}er", name=settings.policy)
+        if s.server_type == "pytest_gym_policy" else s
+        for s in endpoint.servers
+    ]  # fmt: skip
+    return replace(endpoint, servers=servers)
+
+
+def _release_recorder(policy_url: str) -> None:
+    """The run's recorder stats into the kept recorder's log (the part the run copies), its files closed."""
+    from pytest_gym.rollout.http import FetchError, fetch
+
+    with contextlib.suppress(FetchError):  # a recorder that died: its log says what it could
+        fetch("POST", policy_url.removesuffix("/v1") + "/_release", b"", 30)
+
+
+def _answer_message(data: bytes) -> str:
+    """The message of a stand-in's JSON error answer, or ''."""
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        return str(json.loads(data)["error"]["message"])
+    return ""
+
+
 def _stop(entry: Path, state: dict[str, Any], grace: float) -> list[str]:
     """Stop the kept Gym ``state`` records (the caller holds the entry's lock); no run finds it afterwards."""
     ended = stop_started(Started(**state["started"]), grace)
@@ -161,16 +211,11 @@ def acquire_kept(
     settings: GymSettings, run_dir: Path, run_owner: int, access: GymAccess | None = None
 ) -> tuple[GymEndpoint, dict[str, Any]]:
     """A kept Gym for this run, leased to ``run_owner`` (the process that ends the run): one found alive, or one
-    started now and kept. ``NotKept`` when it cannot be kept (record/replay and rescore runs, no process to own
-    it) or every slot is leased: the caller starts one for the run.
+    started now and kept. ``NotKept`` when it cannot be kept (no process to own it) or every slot is leased: the
+    caller starts one for the run.
 
     Returns the endpoint and the record ``release_kept`` needs (kept in the run's deployment state)."""
     assert settings.reuse is not None
-    if settings.policy in ("record", "replay"):
-        what = "--gym-rescore" if settings.rescore else f"--gym-policy {settings.policy}"
-        raise NotKept(
-            f"--gym-reuse: not with {what} (its model stand-in writes to this run's folder): Gym started for this run"
-        )
     pool = Path(settings.reuse)
     pool.mkdir(parents=True, exist_ok=True)
     owner = keep_owner(pool, run_owner)
@@ -192,10 +237,10 @@ def acquire_kept(
                 if state and "started" in state:
                     _stop(entry, state, settings.shutdown_grace)  # what is left of a dead one
                 (entry / STATE_FILE).unlink(missing_ok=True)
-                for name in (GYM_LOG, POLICY_LOG):
+                for name in KEPT_LOGS:
                     (entry / name).unlink(missing_ok=True)
             _point_captures(entry, run_dir)
-            offsets = {name: log_size(entry / name) for name in (GYM_LOG, POLICY_LOG)}
+            offsets = {name: log_size(entry / name) for name in KEPT_LOGS}
             reused = endpoint is not None
             if endpoint is None:
                 idle = (settings.reuse_idle, entry)
@@ -203,16 +248,22 @@ def acquire_kept(
                 write_state(entry, {"endpoint": endpoint.to_json(), "started": asdict(started), "owner": owner})
             else:
                 _reset_policy(settings, endpoint)
+            endpoint = _lease_recorder(settings, endpoint, run_dir)
             take_lease(entry, run_owner, run_dir)
-            return endpoint, {
+            record: dict[str, Any] = {
                 "entry": str(entry), "offsets": offsets, "reused": reused, "owner": owner, "idle": settings.reuse_idle
             }  # fmt: skip
+            if settings.policy in RECORDER_POLICIES and endpoint.policy_url:
+                record["recorder_url"] = endpoint.policy_url
+            return endpoint, record
     raise NotKept("--gym-reuse: every kept Gym with these settings is in use: Gym started for this run")
 
 
 def release_kept(record: dict[str, Any], run_dir: Path) -> list[str]:
     """At the run's end: its part of the kept Gym's logs into its folder, the lease freed; what to say."""
     entry = Path(record["entry"])
+    if record.get("recorder_url"):
+        _release_recorder(record["recorder_url"])  # first: the run's recorder stats end its part of the log
     for name, offset in record.get("offsets", {}).items():
         source = entry / name
         if not source.is_file():

@@ -99,6 +99,7 @@ def start_recorder(
     port: int = 0,
     timeout: float = 20.0,
     owner_pid: int | None = None,
+    idle: tuple[float, Path] | None = None,
 ) -> tuple[Supervised, str]:
     """The recording proxy or the replay server; the URL is what Gym gets as ``policy_base_url``.
 
@@ -127,11 +128,39 @@ def start_recorder(
         run_dir / RECORDER_PORT_FILE,
         timeout,
         owner_pid,
+        idle,
     )
 
 
-def start_model_recorder(settings: GymSettings, run_dir: Path, owner_pid: int | None = None) -> tuple[Supervised, str]:
+def start_model_recorder(
+    settings: GymSettings, run_dir: Path, owner_pid: int | None = None, idle: tuple[float, Path] | None = None
+) -> tuple[Supervised, str]:
     """``--gym-policy record|replay``: the recording proxy or the replay server, in place of the model."""
+    mode = recorder_mode(settings)
+    return start_recorder(
+        mode,
+        run_dir,
+        upstream=settings.model_url,
+        cassette=settings.cassette,
+        miss=settings.replay_miss,
+        owner_pid=owner_pid,
+        idle=idle,
+    )
+
+
+def recorder_lease(settings: GymSettings, run_dir: Path) -> dict[str, object]:
+    """What a kept recorder is told when ``run_dir``'s run leases it (``PUT /_lease``): what a recorder started
+    for that run would have been started with."""
+    mode = recorder_mode(settings)
+    return {
+        "mode": mode, "run_dir": str(run_dir), "upstream": settings.model_url, "miss": settings.replay_miss,
+        # as the recorder started for the run would read it: from the run folder, its working directory
+        "cassette": str(run_dir / settings.cassette) if mode == "replay" and settings.cassette else None,
+    }  # fmt: skip
+
+
+def recorder_mode(settings: GymSettings) -> Literal["record", "replay"]:
+    """``--gym-policy record|replay``'s mode, once what it needs is checked (GymError saying what is missing)."""
     if settings.policy == "record" and not settings.model_url:
         raise GymError("--gym-policy record needs --gym-model-url URL: the model whose answers are recorded")
     if settings.policy == "replay" and not settings.cassette:
@@ -140,12 +169,4 @@ def start_model_recorder(settings: GymSettings, run_dir: Path, owner_pid: int | 
         )
     if settings.policy == "replay" and settings.replay_miss == "passthrough" and not settings.model_url:
         raise GymError("--gym-replay-miss passthrough needs --gym-model-url URL: where unrecorded calls go")
-    mode: Literal["record", "replay"] = "record" if settings.policy == "record" else "replay"
-    return start_recorder(
-        mode,
-        run_dir,
-        upstream=settings.model_url,
-        cassette=settings.cassette,
-        miss=settings.replay_miss,
-        owner_pid=owner_pid,
-    )
+    return "record" if settings.policy == "record" else "replay"

@@ -25,6 +25,9 @@ exact when repeats are sent one after another. Later turns of a conversation car
 answers, so each repeat keeps a whole recorded trajectory.
 
 ``GET /_stats``: calls (model calls), hits, misses, upstream_calls, recorded, upstream_errors.
+A Gym kept between runs (``--gym-reuse``) keeps its recorder too, and leases it to each run: ``PUT /_lease``
+with the run's mode, folder, upstream and cassette (:func:`config_from_json`) serves that run from then on;
+``POST /_release`` prints the run's stats (``pytest-gym recorder released; stats: {...}``) and closes its files.
 Start it like the scripted policy: ``python -m pytest_gym.standins.recorder record --upstream URL
 --run-dir DIR --port 0 --port-file F`` (or :func:`start_recorder`).
 """
@@ -331,9 +334,24 @@ class RecorderHandler(BaseHTTPRequestHandler):
             # Not 404: Gym retries 404s, and an unknown route should fail fast.
             self._error(400, f"unknown route {self.path}")
 
+    def do_PUT(self) -> None:
+        raw = self._read_body()
+        if route_of(self.path) != "/_lease":
+            self._error(400, f"unknown route {self.path}")
+            return
+        try:
+            self.server.lease(config_from_json(json.loads(raw)))
+        except (ValueError, OSError) as exc:  # a bad body, a cassette that is missing or unreadable
+            self._error(400, f"pytest-gym recorder: the lease was refused: {exc}")
+            return
+        self._json(200, {**self.server.state.stats.to_json(), **self.server.describe()})
+
     def do_POST(self) -> None:
         route = route_of(self.path)
         raw = self._read_body()
+        if route == "/_release":
+            self._json(200, self.server.release())
+            return
         try:
             body = json.loads(raw) if raw else {}
         except ValueError:
@@ -507,6 +525,21 @@ class RecorderServer(ThreadingHTTPServer):
             info["upstream"] = state.upstream.display
         return info
 
+    def lease(self, config: RecorderConfig) -> None:
+        """Serve another run from now on (a kept Gym's next run): its mode, folder and cassette."""
+        state = RecorderState(config)  # a cassette that cannot be loaded raises here: the old state stays
+        old, self.state = self.state, state
+        old.close()
+        print(f"pytest-gym recorder ({config.mode}) leased to {config.run_dir}; {json.dumps(self.describe())}",
+              flush=True)  # fmt: skip
+
+    def release(self) -> dict[str, Any]:
+        """The leasing run ended: its stats into the log (which the run copies), its files closed."""
+        stats = self.state.stats.to_json()
+        print(f"pytest-gym recorder released; stats: {json.dumps(stats)}", flush=True)
+        self.state.close()
+        return stats
+
     def server_close(self) -> None:
         super().server_close()
         self.state.close()
@@ -534,6 +567,40 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--cassette", required=True, help="a cassette file or a run folder holding one")
             p.add_argument("--miss", choices=("error", "passthrough"), default="error")
     return parser
+
+
+def config_from_json(body: Any) -> RecorderConfig:
+    """A lease's ``PUT /_lease`` body as a config; ValueError saying what is wrong."""
+    if not isinstance(body, dict):
+        raise ValueError("a lease is a JSON object")
+    known = {"mode", "run_dir", "upstream", "cassette", "miss", "ignore", "upstream_timeout", "fsync"}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise ValueError(f"unknown lease keys: {', '.join(unknown)}")
+    mode, miss, run_dir = body.get("mode"), body.get("miss", "error"), body.get("run_dir")
+    if mode not in ("record", "replay") or miss not in ("error", "passthrough"):
+        raise ValueError("a lease's mode is record or replay, its miss error or passthrough")
+    if not isinstance(run_dir, str) or not run_dir:
+        raise ValueError("a lease needs run_dir, the leasing run's folder")
+    ignore = body.get("ignore", list(DEFAULT_IGNORE))
+    if not isinstance(ignore, list) or not all(isinstance(item, str) for item in ignore):
+        raise ValueError("a lease's ignore is a list of field names")
+    for name in ("upstream", "cassette"):
+        if body.get(name) is not None and not isinstance(body[name], str):
+            raise ValueError(f"a lease's {name} is a string")
+    timeout = body.get("upstream_timeout", 600.0)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ValueError("a lease's upstream_timeout is a positive number of seconds")
+    return RecorderConfig(
+        mode=mode,
+        run_dir=Path(run_dir),
+        upstream=body.get("upstream"),
+        cassette=Path(body["cassette"]) if body.get("cassette") else None,
+        miss=miss,
+        ignore=tuple(ignore),
+        upstream_timeout=float(timeout),
+        fsync=bool(body.get("fsync", False)),
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> RecorderConfig:

@@ -2,27 +2,28 @@
 naming Gym's health check, Gym's own checks run on the run folder at the end (in Gym's interpreter), and a
 ``health_clean_rate`` gate fails.
 
-Start mode, mcqa, the scripted policy answering ``\\boxed{E}`` except to the two rows about cystic fibrosis,
-which get empty text and no completion tokens (a broken endpoint).
+Start mode (attached to the kept mcqa Gym, ``kept_pool``), the scripted policy answering ``\\boxed{E}`` except to
+the two rows about cystic fibrosis, which get empty text and no completion tokens (a broken endpoint).
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from pytest_gym.standins.policy import SCRIPT_ENV
-from tests.helpers.realgym import RealGym, attach, start_mode
+from tests.helpers.realgym import RealGym, attach, reuse, start_mode
 
 
 def test_empty_answers_are_errors_naming_the_check_and_the_clean_rate_gate_fails(
-    pytester: pytest.Pytester, example: object, gym_cli: str, monkeypatch: pytest.MonkeyPatch
+    pytester: pytest.Pytester, example: object, gym_cli: str, monkeypatch: pytest.MonkeyPatch, kept_pool: Path
 ) -> None:
+    # The policy's script is set at the lease: the kept mcqa Gym serves this run as a fresh start would.
     monkeypatch.setenv(SCRIPT_ENV, json.dumps({"empty_if": "cystic fibrosis"}))
-    result = pytester.runpytest_subprocess(
-        *start_mode(gym_cli, "--gym-gate", "health_clean_rate>=0.99", "--junitxml", "report.xml"), "-p", "no:randomly"
-    )
+    args = start_mode(gym_cli, "--gym-gate", "health_clean_rate>=0.99", "--junitxml", "report.xml", *reuse(kept_pool))
+    result = pytester.runpytest_subprocess(*args, "-p", "no:randomly")
     # rows 1-2: empty answers (errors); rows 4-5 expect E (pass); row 3 expects I (fails); the gate fails
     result.assert_outcomes(passed=2, failed=2, errors=2)
     out = result.stdout.str()

@@ -14,17 +14,19 @@ import pytest
 from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.jsonl import read_jsonl
 from tests.helpers.junit import outcomes_by_test
-from tests.helpers.realgym import RealGym
+from tests.helpers.realgym import RealGym, reuse
 from tests.helpers.standin import answer_text
 
 MODEL = "pytest-gym-scripted"
 
 
-def _start(gym_cli: str, run_dir: str, *args: str) -> tuple[str, ...]:
+def _start(gym_cli: str, pool: Path, run_dir: str, *args: str) -> tuple[str, ...]:
+    """Start-mode arguments; kept in ``pool``: the recording starts the Gym, its replays attach (its recorder leased
+    to each run)."""
     return (
         "--gym-dataset", "example.jsonl", "--gym-resources-server", "mcqa", f"--gym-cli={gym_cli}",
         "--gym-server-venv", "auto", "--gym-agent", "mcqa_simple_agent", "--gym-model", MODEL,
-        "--gym-repeats", "2", f"--gym-run-dir={run_dir}", "--junitxml", f"{run_dir}.xml", *args,
+        "--gym-repeats", "2", f"--gym-run-dir={run_dir}", "--junitxml", f"{run_dir}.xml", *reuse(pool), *args,
     )  # fmt: skip
 
 
@@ -33,7 +35,7 @@ ANSWER = "password='hunter2x' Bearer: none. \\boxed{E}"
 
 
 @pytest.fixture
-def recorded(pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str) -> Path:
+def recorded(pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str, kept_pool: Path) -> Path:
     """A recording of the example (2 repeats) made through the proxy in front of the scripted policy, every prompt
     holding a URL token and "HTTP Basic authentication", every answer ``password='...'`` (issue 20: the end-of-run
     scrub once masked the cassette as text, so such a prompt replayed as a miss and such an answer was altered)."""
@@ -46,7 +48,7 @@ def recorded(pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: st
     gym.script(answer=ANSWER, reset_stats=True)
     try:
         result = pytester.runpytest_subprocess(
-            *_start(gym_cli, "rec", "--gym-policy", "record", f"--gym-model-url={gym.policy_url}")
+            *_start(gym_cli, kept_pool, "rec", "--gym-policy", "record", f"--gym-model-url={gym.policy_url}")
         )
         calls = gym.policy_calls()
     finally:
@@ -63,14 +65,16 @@ def answers(run: Path) -> dict[tuple[int, int], str]:
 
 
 def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_prompt_errors_that_task(
-    pytester: pytest.Pytester, gym: RealGym, gym_cli: str, recorded: Path
+    pytester: pytest.Pytester, gym: RealGym, gym_cli: str, recorded: Path, kept_pool: Path
 ) -> None:
     """One recording (a Gym start each costs half a minute), replayed twice with the model gone: unchanged
     under -n 2 (one replay server for the run; compared with the recording run, no answer changed: all hits, the
     same answers, the cassette holding prompts and answers as they were sent), then with one prompt changed,
     without xdist."""
     result = pytester.runpytest_subprocess(
-        *_start(gym_cli, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}", "--gym-baseline-run=rec"),
+        *_start(
+            gym_cli, kept_pool, "rep", "--gym-policy", "replay", f"--gym-cassette={recorded}", "--gym-baseline-run=rec"
+        ),
         "-n",
         "2",
     )
@@ -96,7 +100,7 @@ def test_a_replay_gives_the_recorded_outcomes_with_no_model_call_and_a_changed_p
     rows = [json.loads(line) for line in (pytester.path / "example.jsonl").read_text().splitlines() if line.strip()]
     rows[1]["responses_create_params"]["input"][0]["content"] += " Think twice."
     (pytester.path / "changed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = list(_start(gym_cli, "changed", "--gym-policy", "replay", f"--gym-cassette={recorded}"))
+    args = list(_start(gym_cli, kept_pool, "changed", "--gym-policy", "replay", f"--gym-cassette={recorded}"))
     args[args.index("example.jsonl")] = "changed.jsonl"
     result = pytester.runpytest_subprocess(*args)
     result.assert_outcomes(passed=4, failed=4, errors=2)

@@ -19,15 +19,15 @@ from pytest_gym.rollout.http import fetch
 from pytest_gym.runfolder.layout import ROLLOUTS_FILE
 from pytest_gym.standins.cassette import iter_recordings
 from pytest_gym.standins.launch import start_policy
-from tests.helpers.realgym import RealGym, attach, start_mode
+from tests.helpers.realgym import RealGym, attach, reuse, start_mode
 
 #: mcqa's grading mode that reads "Answer: X" (the default, strict_single_letter_boxed, wants \\boxed{X}).
 LENIENT = "++mcqa.resources_servers.mcqa.grading_mode=lenient_answer_colon"
 
 
 def recorder_stats(log: Path) -> dict[str, Any]:
-    """The stats the recorder/replay server prints when it stops."""
-    found = re.findall(r"pytest-gym recorder stopped; stats: (\{.*\})", log.read_text())
+    """The stats the recorder/replay server prints when it stops, or when a kept one is released by the run."""
+    found = re.findall(r"pytest-gym recorder (?:stopped|released); stats: (\{.*\})", log.read_text())
     assert found, log.read_text()[-2000:]
     result: dict[str, Any] = json.loads(found[-1])
     return result
@@ -39,7 +39,7 @@ def rewards(run_dir: Path) -> dict[tuple[int, int], float]:
 
 @pytest.mark.parametrize("xdist", [False, True], ids=["serial", "n2"])
 def test_rescore_with_a_changed_grading_mode_moves_the_rewards_and_calls_no_model(
-    pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str, xdist: bool
+    pytester: pytest.Pytester, example: Path, gym: RealGym, gym_cli: str, xdist: bool, kept_pool: Path
 ) -> None:
     # The earlier run: the model answers "Answer: E", which the default strict grading scores 0.
     gym.script(answer="Answer: E", reset_stats=True)
@@ -49,7 +49,9 @@ def test_rescore_with_a_changed_grading_mode_moves_the_rewards_and_calls_no_mode
     assert calls == 10
 
     # The verifier changes (lenient_answer_colon reads "Answer: E"); the rows expecting E (3 and 4) now pass.
-    args = start_mode(gym_cli, "--gym-repeats", "2", "--gym-rescore", "earlier", "--gym-set", LENIENT, "-rA")
+    # Kept (the other case's run started it or attaches to it): a rescore's Gym is leased with its model recorder.
+    args = start_mode(gym_cli, "--gym-repeats", "2", "--gym-rescore", "earlier", "--gym-set", LENIENT, "-rA",
+                      *reuse(kept_pool))  # fmt: skip
     result = pytester.runpytest_subprocess(*args, *(["-n", "2"] if xdist else []))
     result.assert_outcomes(passed=4, failed=6)
     text = result.stdout.str()
@@ -78,7 +80,7 @@ def gym_site_packages(gym_cli: str) -> Path:
 
 
 def test_a_tool_calling_environment_records_and_replays_its_model_calls_in_order(
-    pytester: pytest.Pytester, gym_cli: str, tmp_path: Path
+    pytester: pytest.Pytester, gym_cli: str, tmp_path: Path, kept_pool: Path
 ) -> None:
     site = gym_site_packages(gym_cli)
     server = site / "resources_servers" / "example_single_tool_call"
@@ -94,6 +96,7 @@ def test_a_tool_calling_environment_records_and_replays_its_model_calls_in_order
             "--gym-resources-server", "example_single_tool_call",
             f"--gym-cli={gym_cli}", "--gym-server-venv", "auto", "--gym-agent", "example_single_tool_call_simple_agent",
             "--gym-dataset", "tools.jsonl", "--gym-repeats", "2", "--gym-model", "pytest-gym-scripted",
+            *reuse(kept_pool),  # the replay attaches to the Gym the recording started: its recorder leased anew
         )  # fmt: skip
         recorded = pytester.runpytest_subprocess(
             *common, "--gym-policy", "record", "--gym-model-url", policy_url, "--gym-run-dir", "rec"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import httpx
 import pytest
 
 from pytest_gym.core.endpoint import GymEndpoint
+from pytest_gym.standins.policy import start_script
 from tests.helpers.paths import ROOT
 
 
@@ -56,10 +58,9 @@ class RealGym:
         return int(stats["calls"])
 
     def reset(self) -> None:
-        self.script(
-            answer="\\boxed{E}", latency_ms=0, fault_every=0, fault_mode="status", fault_status=500, reset_stats=True,
-            chance=1.0, chance_concentration=0.0, solid=0.0, hopeless=0.0, broken=[], seed=0,
-        )  # fmt: skip
+        """The policy's whole start script again (as a kept lease sets it): a test's changes are all undone, those
+        of a start-mode test that leased this Gym with ``PYTEST_GYM_POLICY_SCRIPT`` (``empty_if``...) included."""
+        self.script(**asdict(start_script("\\boxed{E}", None, 0.0, None)), reset_stats=True)
 
 
 def attach(gym: RealGym, *args: str, dataset: str = "example.jsonl") -> tuple[str, ...]:

@@ -4,10 +4,12 @@ per run, a dead one started again, stopped by ``stop-kept`` or with their owner.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -15,16 +17,19 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.core.endpoint import GymEndpoint
+from pytest_gym.core.endpoint import GymEndpoint, ServerInstance
 from pytest_gym.core.pids import pid_alive
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym import kept
 from pytest_gym.gym.deployment import Started
 from pytest_gym.gym.discovery import discover
 from pytest_gym.gym.kept import NotKept, acquire_kept, fingerprint, keep_owner, release_kept, stop_kept
-from pytest_gym.process.groups import group_alive, spawn_supervised
+from pytest_gym.process.groups import group_alive, spawn_supervised, stop_supervised
 from pytest_gym.process.keep import LEASE_FILE
-from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, STATE_FILE
+from pytest_gym.runfolder.layout import CAPTURE_DIR, GYM_LOG, RECORDER_LOG, STATE_FILE
+from pytest_gym.standins import SCRIPT_ENV
+from pytest_gym.standins.cassette import iter_recordings
+from pytest_gym.standins.launch import start_model_recorder, start_policy
 from tests.helpers.standin import StandinGym, serving
 
 
@@ -79,8 +84,6 @@ def settings_for(pool: Path, **changes: Any) -> GymSettings:
 
 
 def gym_pid(entry: Path) -> int:
-    import json
-
     return int(json.loads((entry / STATE_FILE).read_text())["started"]["gym_pid"])
 
 
@@ -166,7 +169,7 @@ def test_a_kept_gym_found_dead_is_started_again(starts: FakeStarts, pool: Path, 
 def test_stop_kept_leaves_a_gym_a_live_run_holds(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
     _, free = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
     release_kept(free, tmp_path / "run1")
-    _, held = acquire_kept(settings_for(pool, policy_answer="other"), tmp_path / "run2", os.getpid())
+    _, held = acquire_kept(settings_for(pool, set=("x=1",)), tmp_path / "run2", os.getpid())  # another Gym
     free_pid, held_pid = gym_pid(Path(free["entry"])), gym_pid(Path(held["entry"]))
     notes = stop_kept(pool, grace=1)
     assert not group_alive(free_pid)
@@ -227,15 +230,18 @@ def test_the_fingerprint_follows_what_the_start_depends_on_and_nothing_else(
     same = [
         base.model_copy(update={"dataset": ("other.jsonl",), "repeats": 9, "gate": ("mean_reward>=1",)}),
         base.model_copy(update={"run_dir": "elsewhere", "trial_timeout": 5.0, "concurrency": 3}),
+        # what the scripted policy answers: set at every lease (test_a_kept_policy_answers_as_the_leasing_run_asks)
+        base.model_copy(update={"policy_answer": "B", "policy_latency_ms": 50.0}),
     ]
     assert {fingerprint(s, environ) for s in same} == {key}
     assert fingerprint(base, {**environ, "HOME": "/home/x"}) == key
+    assert fingerprint(base, {**environ, "PYTEST_GYM_POLICY_SCRIPT": '{"seed": 2}'}) == key
     changed = [
-        fingerprint(base.model_copy(update={"policy_answer": "B"}), environ),
+        fingerprint(base.model_copy(update={"model": "other-model"}), environ),
         fingerprint(base.model_copy(update={"set": ("x=1",)}), environ),
         fingerprint(base.model_copy(update={"resources_server": "other"}), environ),
         fingerprint(base, {**environ, "GYM_POLICY_API_KEY": "sk-two"}),
-        fingerprint(base, {**environ, "PYTEST_GYM_POLICY_SCRIPT": '{"seed": 2}'}),
+        fingerprint(base, {**environ, "NEMO_GYM_EXTRA_ROOTS": "/x"}),
     ]
     config.write_text("a: 2\n")
     changed.append(fingerprint(base, environ))
@@ -244,13 +250,100 @@ def test_the_fingerprint_follows_what_the_start_depends_on_and_nothing_else(
     assert "sk-one" not in key
 
 
-def test_record_replay_and_rescore_runs_are_not_kept(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
-    acquire_kept(settings_for(pool, policy="scripted"), tmp_path / "run0", os.getpid())  # kept
-    with pytest.raises(NotKept, match="not with --gym-policy record"):
-        acquire_kept(settings_for(pool, policy="record"), tmp_path / "run1", os.getpid())
-    with pytest.raises(NotKept, match="not with --gym-rescore"):
-        acquire_kept(settings_for(pool, policy="replay", rescore="earlier"), tmp_path / "run2", os.getpid())
-    assert len(starts.entries) == 1
+def test_a_kept_policy_answers_as_the_leasing_run_asks(
+    pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer, latency and script are no part of a kept Gym's identity: a run that changes only them attaches,
+    and its policy answers as this run's own fresh one would, its counts at zero."""
+
+    def start(settings: GymSettings, entry: Path, owner_pid: int | None = None, access: Any = None,
+              idle: tuple[float, Path] | None = None) -> tuple[GymEndpoint, Started]:  # fmt: skip
+        policy, url = start_policy(settings, entry, owner_pid=owner_pid, idle=idle)
+        endpoint = discover(head.base_url)
+        endpoint.policy_url = url
+        return endpoint, Started(policy_pid=policy.pid, supervised=[asdict(policy)])
+
+    def script(url: str) -> dict[str, Any]:
+        with urllib.request.urlopen(url.removesuffix("/v1") + "/_script", timeout=10) as reply:
+            found: dict[str, Any] = json.load(reply)
+        return found
+
+    with serving() as head:
+        monkeypatch.setattr(kept, "start_deployment", start)
+        first = settings_for(pool, policy="scripted", model_url=None, policy_answer="A")
+        endpoint, record = acquire_kept(first, tmp_path / "run1", os.getpid())
+        assert endpoint.policy_url is not None
+        assert script(endpoint.policy_url)["answer"] == "A"
+        release_kept(record, tmp_path / "run1")
+        monkeypatch.setenv(SCRIPT_ENV, json.dumps({"seed": 7}))
+        second = first.model_copy(update={"policy_answer": "B", "policy_latency_ms": 5.0})
+        again_endpoint, again = acquire_kept(second, tmp_path / "run2", os.getpid())
+        release_kept(again, tmp_path / "run2")
+    assert again["reused"]
+    assert again_endpoint.policy_url == endpoint.policy_url
+    now = script(endpoint.policy_url)
+    assert (now["answer"], now["latency_ms"], now["seed"]) == ("B", 5.0, 7)
+
+
+def test_a_recording_its_replay_and_a_rescore_share_one_kept_gym_and_its_recorder(
+    pool: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder is leased with the Gym: each run gets its own mode, folder, counts and stats line."""
+    starts: list[Path] = []
+
+    def start(settings: GymSettings, entry: Path, owner_pid: int | None = None, access: Any = None,
+              idle: tuple[float, Path] | None = None) -> tuple[GymEndpoint, Started]:  # fmt: skip
+        starts.append(entry)
+        recorder, url = start_model_recorder(settings, entry, owner_pid=owner_pid, idle=idle)
+        endpoint = discover(head.base_url)
+        endpoint.policy_url = url
+        name = f"model_{settings.policy}er"
+        endpoint.servers.append(ServerInstance(name, "pytest_gym_policy", settings.policy, url, recorder.pid))
+        return endpoint, Started(policy_pid=recorder.pid, supervised=[asdict(recorder)])
+
+    def answer(url: str) -> str:
+        body = json.dumps({"model": "m", "input": [{"role": "user", "content": "Which? A) B) C)"}]}).encode()
+        request = urllib.request.Request(url + "/responses", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return str(json.load(reply)["output"][0]["content"][0]["text"])
+
+    upstream, upstream_url = start_policy(GymSettings(policy_answer="\\boxed{C}"), tmp_path / "model")
+    try:
+        with serving() as head:
+            monkeypatch.setattr(kept, "start_deployment", start)
+            runs = [tmp_path / f"run{i}" for i in range(3)]
+            recording = settings_for(pool, policy="record", model_url=upstream_url)
+            endpoint, record = acquire_kept(recording, runs[0], os.getpid())
+            assert endpoint.policy_url is not None
+            assert answer(endpoint.policy_url) == "\\boxed{C}"
+            release_kept(record, runs[0])
+            stop_supervised([upstream])  # the model is gone: the replay and the rescore call none
+
+            replay = settings_for(pool, policy="replay", model_url=None, cassette=str(runs[0]))
+            again, second = acquire_kept(replay, runs[1], os.getpid())
+            assert answer(endpoint.policy_url) == "\\boxed{C}"
+            release_kept(second, runs[1])
+            empty = tmp_path / "empty.jsonl"
+            empty.write_text("")
+            rescore = settings_for(pool, policy="replay", model_url=None, cassette=str(empty), rescore="earlier")
+            _, third = acquire_kept(rescore, runs[2], os.getpid())
+            release_kept(third, runs[2])
+    finally:
+        stop_supervised([upstream])
+    assert len(starts) == 1
+    assert second["reused"]
+    assert third["reused"]
+    assert again.policy_url == endpoint.policy_url
+    assert [s.process_name for s in again.servers if s.server_type == "pytest_gym_policy"] == ["model_replayer"]
+    assert len(list(iter_recordings(runs[0]))) == 1  # the recording run's cassette, in its own folder
+    stats = [
+        [json.loads(line.split("stats: ", 1)[1]) for line in (run / RECORDER_LOG).read_text().splitlines()
+         if "recorder released; stats:" in line]
+        for run in runs
+    ]  # fmt: skip
+    assert [[(s["mode"], s["calls"], s["hits"], s["upstream_calls"]) for s in found] for found in stats] == [
+        [("record", 1, 0, 1)], [("replay", 1, 1, 0)], [("replay", 0, 0, 0)],
+    ]  # fmt: skip
 
 
 def wait_until(condition: Any, seconds: float) -> bool:

@@ -336,6 +336,59 @@ def test_record_then_replay_offline_gives_the_same_answers(
     assert "was recorded 4 time(s) and this is identical request number 5" in json.loads(data)["error"]["message"]
 
 
+def test_a_leased_recorder_serves_each_run_as_one_started_for_it(
+    policy: Running, servers: list[Running], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A kept Gym's recorder: the recording run's lease, then a replay run's lease on the same server, each with its
+    own folder, counts and stats line; a lease it cannot serve is refused and the last one stays."""
+    script(policy, answers=["one", "two", "three"])
+    rec = recorder(servers, mode="replay", run_dir=tmp_path / "kept", cassette=_empty_cassette(tmp_path))
+    base = rec.url.removesuffix("/v1")
+
+    def lease(**body: Any) -> tuple[int, dict[str, Any]]:
+        status, _, data = call(base + "/_lease", body, method="PUT")
+        answer: dict[str, Any] = json.loads(data)
+        return status, answer
+
+    status, info = lease(mode="record", run_dir=str(tmp_path / "run1"), upstream=policy.url)
+    assert (status, info["mode"], info["cassette"]) == (200, "record", str(tmp_path / "run1" / CASSETTE_FILE))
+    recorded = [text_of(call(f"{rec.url}/responses", prompt(1))[2]) for _ in range(3)]
+    assert recorded == ["one", "two", "three"]
+    status, _, data = call(base + "/_release", method="POST")
+    assert (status, json.loads(data)["recorded"]) == (200, 3)
+    assert len(list(iter_recordings(tmp_path / "run1"))) == 3
+
+    status, info = lease(mode="replay", run_dir=str(tmp_path / "run2"), cassette=str(tmp_path / "run1"))
+    assert (status, info["mode"], info["calls"], info["loaded"]) == (200, "replay", 0, 3)
+    policy.stop()
+    servers.remove(policy)
+    assert [text_of(call(f"{rec.url}/responses", prompt(1))[2]) for _ in range(3)] == recorded
+    assert call(f"{rec.url}/responses", prompt(2))[0] == MISS_STATUS
+    assert len(read_misses(tmp_path / "run2")) == 1  # the misses go to the leasing run's folder
+    assert not (tmp_path / "run2" / CASSETTE_FILE).exists()  # a replay writes no cassette
+
+    status, refused = lease(mode="replay", run_dir=str(tmp_path / "run3"), cassette=str(tmp_path / "none"))
+    assert status == 400
+    assert f"the lease was refused: no cassette at {tmp_path / 'none'}" in refused["error"]["message"]
+    assert lease(mode="replay", run_dir=str(tmp_path / "run3"), cassette=str(tmp_path / "run1"), port=1)[0] == 400
+    assert lease(mode="record", run_dir="")[0] == 400
+    assert rec.stats()["hits"] == 3  # still the second run's
+    call(base + "/_release", method="POST")
+    out = capsys.readouterr().out
+    lines = [json.loads(line.split("stats: ", 1)[1]) for line in out.splitlines() if "recorder released" in line]
+    assert [(s["mode"], s["calls"], s["hits"], s["misses"], s["upstream_calls"]) for s in lines] == [
+        ("record", 3, 0, 0, 3), ("replay", 4, 3, 1, 0),
+    ]  # fmt: skip
+    assert "leased to " + str(tmp_path / "run2") in out
+
+
+def _empty_cassette(tmp_path: Path) -> Path:
+    path = tmp_path / "empty" / CASSETTE_FILE
+    path.parent.mkdir()
+    path.write_text("")
+    return path
+
+
 def test_sequential_repeats_replay_in_recorded_order(policy: Running, servers: list[Running], tmp_path: Path) -> None:
     script(policy, answers=["one", "two", "three"])
     rec = recorder(servers, mode="record", run_dir=tmp_path / "rec", upstream=policy.url)
