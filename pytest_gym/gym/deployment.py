@@ -160,7 +160,7 @@ def start_deployment(
             started.policy_pid = policy.pid
             started.supervised.append(asdict(policy))
         elif settings.policy in ("record", "replay"):
-            policy, policy_url = start_model_recorder(settings, run_dir, owner_pid=owner_pid)
+            policy, policy_url = start_model_recorder(settings, run_dir, owner_pid=owner_pid, idle=idle)
             started.policy_pid = policy.pid
             started.supervised.append(asdict(policy))
         elif not settings.model_url:

@@ -419,3 +419,27 @@ def test_a_run_that_cannot_keep_its_gym_starts_one_stops_it_and_says_why(
     assert "no process to keep a Gym for" in notes[0]
     assert any("gym: stopped" in note for note in notes[1:])
     assert not group_alive(pid)
+
+
+@pytest.mark.parametrize("policy", ["scripted", "record", "replay"])
+def test_a_kept_gyms_model_stand_in_stops_once_unused_like_its_gym(
+    policy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``start_deployment`` gives the scripted policy and the model recorder the kept Gym's idle time (its
+    supervisor stops it once unused), as it gives Gym's."""
+    from pytest_gym.core.endpoint import GymError
+    from pytest_gym.gym.deployment import start_deployment
+    from pytest_gym.standins import launch
+
+    given: list[tuple[float, Path] | None] = []
+
+    def stand_in(settings: GymSettings, run_dir: Path, owner_pid: int | None = None, **kwargs: Any) -> Any:
+        given.append(kwargs.get("idle"))
+        raise GymError("stopped here: the stand-in is what this test looks at")
+
+    monkeypatch.setattr(launch, "start_policy", stand_in)
+    monkeypatch.setattr(launch, "start_model_recorder", stand_in)
+    settings = GymSettings(resources_server="mcqa", policy=policy, cli=sys.executable, model_url="http://x/v1")
+    with pytest.raises(GymError, match="stopped here"):
+        start_deployment(settings, tmp_path / "entry", owner_pid=os.getpid(), idle=(60.0, tmp_path / "entry"))
+    assert given == [(60.0, tmp_path / "entry")]
