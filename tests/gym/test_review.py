@@ -105,8 +105,9 @@ def test_a_tool_call_failure_without_a_tool_call_shows_the_answer_text(
     base = pytester.runpytest_subprocess(*tool_call_args(gym_cli, "--gym-run-dir", "base", *reuse(kept_pool)))
     base.assert_outcomes(passed=5)  # every trial called get_weather
     monkeypatch.delenv("PYTEST_GYM_POLICY_SCRIPT")
+    # The same kept Gym: this run's lease scripts its policy anew, without the tool call.
     result = pytester.runpytest_subprocess(
-        *tool_call_args(gym_cli, "--gym-run-dir", "pr", "--gym-baseline-run", "base")
+        *tool_call_args(gym_cli, "--gym-run-dir", "pr", "--gym-baseline-run", "base", *reuse(kept_pool))
     )
     result.assert_outcomes(failed=5)  # answered without calling the tool: reward 0
     first = hashes(dataset)[0][:12]
