@@ -23,6 +23,9 @@ from pytest_gym.core.options import SPECS, Spec
 from pytest_gym.core.taskrule import TaskRuleError, parse_task_rule
 from pytest_gym.core.tracing import trace_url_problem, tracestate_problem
 
+#: The ``policy`` values the model recorder serves (``pytest_gym.standins.recorder``), in place of the model.
+RECORDER_POLICIES = ("record", "replay")
+
 
 class GymSettings(BaseModel):
     """Resolved settings of one run. Values only: serialisable, so they can reach xdist workers."""

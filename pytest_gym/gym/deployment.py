@@ -20,13 +20,20 @@ from pytest_gym.core.access import GymAccess, without_header_variables
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError, ServerInstance
 from pytest_gym.core.masking import POLICY_KEY_ENV, mask_secrets
-from pytest_gym.core.settings import GymSettings
+from pytest_gym.core.settings import RECORDER_POLICIES, GymSettings
 from pytest_gym.gym.discovery import discover
 from pytest_gym.runfolder.layout import GYM_LOG, STATE_FILE
 
 #: Starts of Gym when one fails because a port it picked was taken meanwhile (a race, see start_deployment).
 START_ATTEMPTS = 3
 ENV_YAML = f"policy_api_key: ${{oc.env:{POLICY_KEY_ENV},pytest-gym-no-key}}\n"
+#: The ``server_type`` of the model stand-in a run starts (the scripted policy, the recorder) among Gym's servers.
+POLICY_SERVER_TYPE = "pytest_gym_policy"
+
+
+def policy_process_name(policy: str) -> str:
+    """The name the run's model stand-in has among Gym's servers (``scripted_policy``, ``model_recorder``...)."""
+    return "scripted_policy" if policy == "scripted" else f"model_{policy}er"
 
 
 @dataclass
@@ -159,7 +166,7 @@ def start_deployment(
             policy, policy_url = start_policy(settings, run_dir, owner_pid=owner_pid, idle=idle)
             started.policy_pid = policy.pid
             started.supervised.append(asdict(policy))
-        elif settings.policy in ("record", "replay"):
+        elif settings.policy in RECORDER_POLICIES:
             policy, policy_url = start_model_recorder(settings, run_dir, owner_pid=owner_pid, idle=idle)
             started.policy_pid = policy.pid
             started.supervised.append(asdict(policy))
@@ -213,8 +220,8 @@ def start_deployment(
         endpoint.policy_url = policy_url
         if policy is not None and policy_url is not None:
             # Watched like Gym's own servers: a dead policy fails the remaining trials at once.
-            name = "scripted_policy" if settings.policy == "scripted" else f"model_{settings.policy}er"
-            endpoint.servers.append(ServerInstance(name, "pytest_gym_policy", settings.policy, policy_url, policy.pid))
+            name = policy_process_name(settings.policy)
+            endpoint.servers.append(ServerInstance(name, POLICY_SERVER_TYPE, settings.policy, policy_url, policy.pid))
         endpoint.mark_local()  # started here: its pids are this machine's; record their start times
         return endpoint, started
     except BaseException:

@@ -41,8 +41,17 @@ from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.locks import locked
 from pytest_gym.core.masking import POLICY_KEY_ENV
 from pytest_gym.core.pids import parent_pid, pid_alive
-from pytest_gym.core.settings import GymSettings
-from pytest_gym.gym.deployment import Started, log_size, read_state, start_deployment, stop_started, write_state
+from pytest_gym.core.settings import RECORDER_POLICIES, GymSettings
+from pytest_gym.gym.deployment import (
+    POLICY_SERVER_TYPE,
+    Started,
+    log_size,
+    policy_process_name,
+    read_state,
+    start_deployment,
+    stop_started,
+    write_state,
+)
 from pytest_gym.gym.discovery import discover
 from pytest_gym.gym.startargs import find_gym_cli
 from pytest_gym.gym.trajectories import capture_dir
@@ -54,8 +63,6 @@ from pytest_gym.standins import SCRIPT_ENV
 SLOTS = 4
 #: The logs of a kept Gym's processes: each run gets the part written while it held the lease.
 KEPT_LOGS = (GYM_LOG, POLICY_LOG, RECORDER_LOG)
-#: Policies served by the recorder, which each lease tells what to do (``standins.recorder``).
-RECORDER_POLICIES = ("record", "replay")
 #: The file of a pool that names the process its Gyms live as long as (instead of pytest's parent).
 OWNER_FILE = "owner"
 #: What a start depends on besides the settings: these variables' values (hashed), where set. Not ``SCRIPT_ENV``:
@@ -178,8 +185,8 @@ def _lease_recorder(settings: GymSettings, endpoint: GymEndpoint, run_dir: Path)
     if status != 200:
         raise GymError(f"--gym-reuse: {_answer_message(data) or f'the kept model recorder answered HTTP {status}'}")
     servers = [
-        replace(s, process_name=f"model_{settings.policy}er", name=settings.policy)
-        if s.server_type == "pytest_gym_policy" else s
+        replace(s, process_name=policy_process_name(settings.policy), name=settings.policy)
+        if s.server_type == POLICY_SERVER_TYPE else s
         for s in endpoint.servers
     ]  # fmt: skip
     return replace(endpoint, servers=servers)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_gym.core.endpoint import GymError
-from pytest_gym.core.settings import GymSettings
+from pytest_gym.core.settings import RECORDER_POLICIES, GymSettings
 from pytest_gym.core.shard import Shard, ShardError, parse_shard
 from pytest_gym.judge.gates import BadGate, Gate, parse_gates
 from pytest_gym.rollout.budget import parse_error_budget
@@ -172,7 +172,7 @@ def check_combinations(settings: GymSettings) -> None:
                 raise PlanError(
                     f"pytest-gym: --gym-rescore re-verifies a finished run and cannot go with --gym-{name}; drop one"
                 )
-        if settings.policy in ("record", "replay"):
+        if settings.policy in RECORDER_POLICIES:
             raise PlanError(
                 f"pytest-gym: --gym-rescore calls no model, so --gym-policy {settings.policy} has nothing to do; "
                 "drop it"

@@ -21,7 +21,7 @@ from pytest_gym.core.endpoint import GymEndpoint, ServerInstance
 from pytest_gym.core.pids import pid_alive
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym import kept
-from pytest_gym.gym.deployment import Started
+from pytest_gym.gym.deployment import POLICY_SERVER_TYPE, Started, policy_process_name
 from pytest_gym.gym.discovery import discover
 from pytest_gym.gym.kept import NotKept, acquire_kept, fingerprint, keep_owner, release_kept, stop_kept
 from pytest_gym.process.groups import group_alive, spawn_supervised, stop_supervised
@@ -297,8 +297,8 @@ def test_a_recording_its_replay_and_a_rescore_share_one_kept_gym_and_its_recorde
         recorder, url = start_model_recorder(settings, entry, owner_pid=owner_pid, idle=idle)
         endpoint = discover(head.base_url)
         endpoint.policy_url = url
-        name = f"model_{settings.policy}er"
-        endpoint.servers.append(ServerInstance(name, "pytest_gym_policy", settings.policy, url, recorder.pid))
+        name = policy_process_name(settings.policy)
+        endpoint.servers.append(ServerInstance(name, POLICY_SERVER_TYPE, settings.policy, url, recorder.pid))
         return endpoint, Started(policy_pid=recorder.pid, supervised=[asdict(recorder)])
 
     def answer(url: str) -> str:
@@ -334,7 +334,7 @@ def test_a_recording_its_replay_and_a_rescore_share_one_kept_gym_and_its_recorde
     assert second["reused"]
     assert third["reused"]
     assert again.policy_url == endpoint.policy_url
-    assert [s.process_name for s in again.servers if s.server_type == "pytest_gym_policy"] == ["model_replayer"]
+    assert [s.process_name for s in again.servers if s.server_type == POLICY_SERVER_TYPE] == ["model_replayer"]
     assert len(list(iter_recordings(runs[0]))) == 1  # the recording run's cassette, in its own folder
     stats = [
         [json.loads(line.split("stats: ", 1)[1]) for line in (run / RECORDER_LOG).read_text().splitlines()
