@@ -81,7 +81,9 @@ def test_policy_hanging_past_the_trial_timeout_is_a_timeout_error(
 def test_resume_reruns_only_what_did_not_finish(
     pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
 ) -> None:
-    gym.script(latency_ms=150)
+    # One rollout at a time, each 0.5 s: the first failure stops the run (-x) long before the tenth rollout ends.
+    # At 0.15 s a busy CI machine once let all ten finish before either worker's first trial reported.
+    gym.script(latency_ms=500)
     first = pytester.runpytest(
         *attach(gym, "--gym-repeats", "2", "--gym-run-dir", "run1", "--gym-concurrency", "1"), "-x", *xdist
     )
