@@ -189,8 +189,12 @@ def _tokens(answer: Mapping[str, Any]) -> list[int] | None:
     return [v or 0 for v in values]
 
 
+#: What the dispatcher adds to a row per trial: without them a request is its row again (hashes to its task).
+_PER_TRIAL_KEYS = frozenset({TASK_INDEX_KEY, ROLLOUT_INDEX_KEY, ROLLOUT_ID_KEY})
+
+
 def _row_of_request(request: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in request.items() if k not in (TASK_INDEX_KEY, ROLLOUT_INDEX_KEY)}
+    return {k: v for k, v in request.items() if k not in _PER_TRIAL_KEYS}
 
 
 def _request_hashes(request: Mapping[str, Any]) -> list[str]:
