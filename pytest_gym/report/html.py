@@ -80,6 +80,7 @@ from pytest_gym.runfolder.records import (
     finite,
     read_records,
     stamps,
+    task_index_of,
 )
 from pytest_gym.runfolder.summary import read_summary
 
@@ -278,7 +279,7 @@ def _materialized_rows(
         if len(rows) == len(wanted):
             break
         row = _row_of_request(request)
-        index = stamps(request).task_index
+        index = task_index_of(request)
         same_index = seen.setdefault(index if isinstance(index, int) else None, [])
         if any(row == known for known in same_index):
             continue

@@ -131,6 +131,11 @@ def stamps(record: Mapping[str, Any]) -> Stamps:
     )
 
 
+def task_index_of(record: Mapping[str, Any]) -> int | None:
+    """The record's task index, checked as ``stamps`` checks it (for a reader that needs nothing else)."""
+    return _index(record.get(TASK_INDEX_KEY))
+
+
 def trial_key(record: Mapping[str, Any]) -> tuple[Any, ...]:
     """Which trial a rollout record or a materialized input belongs to.
 
