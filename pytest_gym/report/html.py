@@ -28,6 +28,7 @@ that shrinks with the number of trials, so a 10,000-trial run stays a few MB; ro
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -266,12 +267,16 @@ def _collect(run_dir: Path, mask: _Masker) -> dict[tuple[str, str], _Task]:
 
 
 def _materialized_rows(
-    run_dir: Path, wanted: set[str], by_index: Mapping[int, str] | None = None
+    run_dir: Path,
+    wanted: set[str],
+    by_index: Mapping[int, str] | None = None,
+    by_rollout: Mapping[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """task hash -> the row as sent, for the tasks in ``wanted``.
 
-    A row is found by its content hash, or else by its task index (``by_index``, from the rollout records):
-    a row whose secrets were masked when it was written no longer hashes to its task.
+    A row is found by its content hash, or else by its trial's rollout id (``by_rollout``), or else by its task
+    index (``by_index``), both from the rollout records: a row whose secrets were masked when it was written no
+    longer hashes to its task. The index comes last: the datasets of a run share their first indices.
     """
     rows: dict[str, dict[str, Any]] = {}
     seen: dict[Any, list[dict[str, Any]]] = {}  # task index -> rows already hashed (the repeats of a task are equal)
@@ -285,6 +290,9 @@ def _materialized_rows(
             continue
         same_index.append(row)
         digests = _request_hashes(request)
+        rollout_id = request.get(ROLLOUT_ID_KEY)
+        if by_rollout is not None and isinstance(rollout_id, str) and rollout_id in by_rollout:
+            digests.append(by_rollout[rollout_id])
         if by_index is not None and isinstance(index, int) and index in by_index:
             digests.append(by_index[index])
         for digest in digests:
@@ -416,8 +424,15 @@ class _Builder:
         reward_key = str(basis.get("reward_key") or "reward")
 
         collected = _collect(run_dir, self.mask)
-        by_index = {t.index: t.key for t in collected.values() if isinstance(t.index, int)}
-        rows = _materialized_rows(run_dir, {t.key for t in collected.values()}, by_index)
+        indices = collections.Counter(t.index for t in collected.values() if isinstance(t.index, int))
+        by_index = {t.index: t.key for t in collected.values() if isinstance(t.index, int) and indices[t.index] == 1}
+        by_rollout = {
+            trial.stamps.rollout_id: t.key
+            for t in collected.values()
+            for trial in t.trials.values()
+            if trial.stamps is not None and trial.stamps.rollout_id
+        }
+        rows = _materialized_rows(run_dir, {t.key for t in collected.values()}, by_index, by_rollout)
         known = {self.mask.text(str(n)) for n in suites_summary}
         names = list(suites_summary) + sorted({t.suite for t in collected.values()} - known)
         plan = []

@@ -142,15 +142,13 @@ def test_tasks_and_trials_are_read_from_the_rollouts(tmp_path: Path) -> None:
     assert "nodeid" not in errored  # the page builds <suite>::<hash12>[rN] itself
 
 
-def test_each_suite_shows_its_own_rows_when_suites_share_task_indices_and_requests_carry_rollout_ids(
-    tmp_path: Path,
-) -> None:
-    """Requests as the dispatcher sends them (``_ng_rollout_id`` per trial): a task's row is found by its content,
-    not by its index, which the first row of every dataset shares."""
+def two_suites_sharing_indices(run_dir: Path, prose: str = "") -> dict[tuple[str, int], str]:
+    """Two datasets of two rows each, their trials recorded as the dispatcher sends them (``_ng_rollout_id`` per
+    trial); the page's prompt of each (suite, task index)."""
     trials = []
     for suite, word in (("data/a.jsonl", "apples"), ("data/b.jsonl", "bananas")):
         for index in range(2):
-            r = {"responses_create_params": {"input": [{"role": "user", "content": f"{word} {index}"}]}}
+            r = {"responses_create_params": {"input": [{"role": "user", "content": f"{word} {index}{prose}"}]}}
             digest = task_hash(r)
             for repeat in range(2):
                 request = {**r, "agent_ref": {"name": "agent"}, "_ng_task_index": index, "_ng_rollout_index": repeat,
@@ -160,14 +158,29 @@ def test_each_suite_shows_its_own_rows_when_suites_share_task_indices_and_reques
                     nodeid=f"{suite}::{digest[:12]}[r{repeat}]", task_hash=digest, repeat=repeat, line=index + 1,
                     dataset=suite, request=request, agent="agent", latency_s=0.1, reward=1.0, answer=answer,
                 ))  # fmt: skip
-    data = report_data(write_run(tmp_path, trials))
-    prompts = {(t["suite"], t["index"]): t["prompt"] for t in data["tasks"]}
-    assert prompts == {
-        ("data/a.jsonl", 0): "apples 0",
-        ("data/a.jsonl", 1): "apples 1",
-        ("data/b.jsonl", 0): "bananas 0",
-        ("data/b.jsonl", 1): "bananas 1",
-    }
+    data = report_data(write_run(run_dir, trials))
+    return {(t["suite"], t["index"]): t["prompt"] for t in data["tasks"]}
+
+
+OWN_PROMPTS = {
+    ("data/a.jsonl", 0): "apples 0",
+    ("data/a.jsonl", 1): "apples 1",
+    ("data/b.jsonl", 0): "bananas 0",
+    ("data/b.jsonl", 1): "bananas 1",
+}
+
+
+def test_each_suite_shows_its_own_rows_when_suites_share_task_indices(tmp_path: Path) -> None:
+    """A task's row is found by its content, not by its index, which the first row of every dataset shares."""
+    assert two_suites_sharing_indices(tmp_path) == OWN_PROMPTS
+
+
+def test_rows_masked_when_written_still_show_under_their_own_suite(tmp_path: Path) -> None:
+    """A row whose prose looks like a credential is masked in the run folder, so it no longer hashes to its task;
+    it is still found for its own task (by the trial's rollout id), not for another suite's task at its index."""
+    prompts = two_suites_sharing_indices(tmp_path, " password: hunter2")
+    assert not any("hunter2" in prompt for prompt in prompts.values())
+    assert {key: prompt.split(" password")[0] for key, prompt in prompts.items()} == OWN_PROMPTS
 
 
 def test_suite_numbers_come_from_the_summary_and_unknown_keys_are_shown_as_they_are(tmp_path: Path) -> None:
