@@ -113,8 +113,7 @@ class GymSession:
         self.rescore_report: dict[str, Any] | None = None
         #: xdist controller: ask Gym for the aggregate metrics as soon as the last trial reported.
         self.early_aggregate = False
-        self._finished = False
-        self._sigterm_installed = False
+        self._finished = self._sigterm_installed = False
         self._errors = SharedErrorCount(plan.run_dir, counted=bool(settings.max_errors))
         for name in settings.secret_env:
             add_secret(os.environ.get(name, ""))
@@ -545,9 +544,10 @@ class GymSession:
         """Run the exports last, when the JUnit file, the summary and the exit status are final."""
         from pytest_gym.exporters.registry import export_run_folder
 
-        self._scrub()  # what the exporters upload is masked by now (Gym still runs: masked again at its stop)
-        settings = self.settings.model_dump(mode="json")
         hook, status = self.config.hook.pytest_gym_export, int(session.exitstatus)
+        if hook.get_hookimpls():  # what the exporters upload is masked by now (Gym still runs: again at its stop)
+            self._scrub()
+        settings = self.settings.model_dump(mode="json")
         self.exports = export_run_folder(hook, self.config, self.run_dir, settings, status)
         failed = any(result.status == "failed" for _, result in self.exports)
         if failed and not self.settings.export_soft and session.exitstatus == pytest.ExitCode.OK:

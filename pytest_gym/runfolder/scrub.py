@@ -22,15 +22,17 @@ from pytest_gym.runfolder.layout import (
     FAILURES_FILE,
     MATERIALIZED_FILE,
     MISSES_FILE,
+    REPORT_FILE,
     RESCORED_FILE,
     ROLLOUTS_FILE,
 )
 from pytest_gym.runfolder.records import RecordError, iter_records
 from pytest_gym.runfolder.rollouts import encode_record
 
-#: Masked record by record, as data, when written (and the largest files of a run): not read again.
+#: Masked record by record, as data, when written (and the largest files of a run): not read again. The page
+#: too: it masks every text it shows as it is built (its copy at ``--gym-html`` has no other masking either).
 MASKED_WHEN_WRITTEN = frozenset(
-    {ROLLOUTS_FILE, FAILURES_FILE, MATERIALIZED_FILE, CASSETTE_FILE, MISSES_FILE, RESCORED_FILE}
+    {ROLLOUTS_FILE, FAILURES_FILE, MATERIALIZED_FILE, CASSETTE_FILE, MISSES_FILE, RESCORED_FILE, REPORT_FILE}
 )
 #: Files masked as data, never as text.
 JSON_SUFFIXES = (".json", ".jsonl")
