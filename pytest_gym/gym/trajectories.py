@@ -36,7 +36,7 @@ from pytest_gym.runfolder.records import (
     stamps,
     trial_key,
 )
-from pytest_gym.runfolder.rollouts import encode_record
+from pytest_gym.runfolder.rollouts import masked_record
 
 #: Keys a finalized record carries; a record that has them is left alone (reused by --gym-resume).
 FINALIZED_KEY = "ng_model_call_capture"
@@ -91,6 +91,8 @@ class Finalizer:
     def __init__(self, helper: GymHelper, folder: Path | None) -> None:
         self.helper = helper
         self.folder = folder
+        #: The records as ``finalize`` wrote them (masked), for the next step to use without reading them again.
+        self.records: list[Any] | None = None
 
     def finalize(self, run_dir: Path, servers: Mapping[str, EnvironmentServer]) -> str:
         """Finalize ``run_dir``'s rollouts in place; a one-line account of what was done."""
@@ -127,5 +129,7 @@ class Finalizer:
         for n, answer in zip(todo, answers, strict=True):
             records[n] = json.loads(answer)
         masker = Masker()
-        write_atomically(path, b"".join(encode_record(masker, record) for record in records))
+        written = [masked_record(masker, record) for record in records]
+        write_atomically(path, b"".join(line for _, line in written))
+        self.records = [record for record, _ in written]
         return f"{len(todo)} records finalized in {time.monotonic() - started:.1f} s"

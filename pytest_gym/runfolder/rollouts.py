@@ -41,7 +41,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.jsonl import AppendLog
-from pytest_gym.core.masking import MAX_DEPTH, Masker, json_depth_exceeds, mask_data
+from pytest_gym.core.masking import MAX_DEPTH, Masker, json_depth_exceeds
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.records import (
@@ -74,13 +74,18 @@ def _json_bytes(data: Any, indent: int | None = None) -> bytes:
 
 def encode_record(masker: Masker, data: Mapping[str, Any]) -> bytes:
     """One masked jsonl line of a record, as every run-folder file holds it."""
+    return masked_record(masker, data)[1]
+
+
+def masked_record(masker: Masker, data: Mapping[str, Any]) -> tuple[Any, bytes]:
+    """(the record as written, masked; its jsonl line): for a writer that goes on using what it wrote."""
     masked, text = masker.record(data)
     if text is not None:
         try:
-            return text.encode("utf-8") + b"\n"  # the serialisation the check made: the usual case
+            return masked, text.encode("utf-8") + b"\n"  # the serialisation the check made: the usual case
         except UnicodeEncodeError:
             pass
-    return _json_bytes(masked) + b"\n"
+    return masked, _json_bytes(masked) + b"\n"
 
 
 class RunFolderWriter:
@@ -298,7 +303,7 @@ def write_aggregate_metrics(run_dir: Path, gym_metrics: list[dict[str, Any]]) ->
             raise ValueError(f"an aggregate metrics entry needs agent_ref.name: {entry!r:.200}")
         if not isinstance(entry.get("agent_metrics"), dict):
             raise ValueError(f"an aggregate metrics entry needs an agent_metrics object: {entry!r:.200}")
-    data = _json_bytes(mask_data(gym_metrics), indent=2)
+    data = _json_bytes(Masker().record(gym_metrics)[0], indent=2)  # one check of the whole, most need no more
     target = Path(run_dir) / AGGREGATE_FILE
     write_atomically(target, data)
     return target

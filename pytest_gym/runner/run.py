@@ -86,6 +86,8 @@ class GymRun:
         default=None, init=False, repr=False
     )
     _trajectory_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    #: The rollouts as the trajectory step wrote them, until Gym's /aggregate_metrics takes them.
+    _finalized: list[Any] | None = field(default=None, init=False, repr=False)
     _access: GymAccess | None = field(default=None, init=False, repr=False)
 
     @property
@@ -461,7 +463,9 @@ class GymRun:
                 "records kept as Gym answered"
             )
             return
-        Finalizer(helper, folder).finalize(self.run_dir, environment_servers(endpoint))
+        finalizer = Finalizer(helper, folder)
+        finalizer.finalize(self.run_dir, environment_servers(endpoint))
+        self._finalized = finalizer.records
         if attached:
             self.notes.append(attached)
 
@@ -475,7 +479,7 @@ class GymRun:
         path = self.run_dir / ROLLOUTS_FILE
         if not path.exists():
             return None
-        records = read_jsonl(path)
+        records, self._finalized = self._finalized or read_jsonl(path), None  # as the trajectory step wrote them
         endpoint = self.endpoint()
         if not records or endpoint is None:
             return None

@@ -524,3 +524,23 @@ def test_a_trials_answer_and_row_are_serialised_once_each(tmp_path: Path, monkey
     record = read_jsonl(tmp_path / ROLLOUTS_FILE)[0]
     assert record == {**ANSWER, **{k: record[k] for k in record if k not in ANSWER}}
     assert read_jsonl(tmp_path / MATERIALIZED_FILE) == [request]
+
+
+def test_gyms_aggregate_metrics_are_written_masked_and_otherwise_as_gym_gave_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One check of the whole answer decides; an answer holding a secret is masked as data, key by key."""
+    secret = "sk-pytestgym-AGGREGATE-1b2c3d"
+    monkeypatch.setenv("GYM_POLICY_API_KEY", secret)
+    plain = [{"agent_ref": {"name": "a"}, "agent_metrics": {"mean/input_tokens": 12.5, "std": float("nan")},
+              "key_metrics": {"reward": 0.5}, "group_level_metrics": [{"note": "all fine"}]}]  # fmt: skip
+    written = json.loads(write_aggregate_metrics(tmp_path, plain).read_text(encoding="utf-8"))
+    assert written[0]["agent_metrics"] == {"mean/input_tokens": 12.5, "std": None}  # strict JSON: NaN is null
+    assert written[0]["key_metrics"] == {"reward": 0.5}
+    assert written[0]["group_level_metrics"] == [{"note": "all fine"}]
+    leaky = [{"agent_ref": {"name": "a"}, "agent_metrics": {"echo": f"called with {secret}", "api_key": "abc123xyz789"},
+              "key_metrics": {"reward": 1.0}}]  # fmt: skip
+    text = write_aggregate_metrics(tmp_path, leaky).read_text(encoding="utf-8")
+    assert secret not in text
+    assert "abc123xyz789" not in text
+    assert json.loads(text)[0]["key_metrics"] == {"reward": 1.0}
