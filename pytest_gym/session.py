@@ -445,7 +445,6 @@ class GymSession:
         results = self.results
         if results is None or not (results.trials or results.skips):
             return
-        entries = None
         if self.merged is not None:
             from pytest_gym.runfolder.merge import write_merged_run
 
@@ -455,11 +454,12 @@ class GymSession:
             ):
                 self.add_note(note)
         else:
-            entries = self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
-        if self.settings.health_check == "on":  # after the trajectory step: Gym's checks read its records
+            self.run.start_aggregate()  # in the background: Gym computes them while its health checks run
+        if self.settings.health_check == "on":
             results.health_on = True
             health, results.health_note = self._step("Gym's health checks", self.run.health_checks) or ({}, None)
             results.apply_health(health)
+        entries = None if self.merged else self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
         self.add_worker_notes(self.run.take_notes())
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:

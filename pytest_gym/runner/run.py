@@ -375,7 +375,8 @@ class GymRun:
     def health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
         """Owner, at the end: Gym's health checks on the run folder; (verdict and checks by (suite, task hash,
         repeat), why they did not run). Never raises: what went wrong is the second value."""
-        with self._trajectory_lock:  # the helper answers one request at a time; the trajectory step goes first
+        self.finalize_trajectories()  # first (once, whichever thread comes first): Gym's checks read its records
+        with self._trajectory_lock:  # the helper answers one request at a time
             return self._health_checks()
 
     def _health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
