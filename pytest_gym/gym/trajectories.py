@@ -16,6 +16,8 @@ in one step (``write_atomically``): a crash at any point leaves one or the other
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -24,6 +26,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
+from pytest_gym.core.jsonl import iter_lines
 from pytest_gym.core.masking import Masker
 from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.runfolder.layout import CAPTURE_DIR, MATERIALIZED_FILE, ROLLOUTS_FILE
@@ -31,6 +34,7 @@ from pytest_gym.runfolder.records import (
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
     EnvironmentServer,
+    parse_record,
     read_records,
     stamp_server,
     stamps,
@@ -41,6 +45,7 @@ from pytest_gym.runfolder.rollouts import masked_record
 #: Keys a finalized record carries; a record that has them is left alone (reused by --gym-resume).
 FINALIZED_KEY = "ng_model_call_capture"
 _TIMEOUT_S = 600.0
+Servers = Mapping[str, EnvironmentServer]
 
 
 def capture_dir(run_dir: Path) -> Path:
@@ -86,6 +91,10 @@ class Finalizer:
     records. ``folder`` None: no model calls were captured for this run (an attached Gym), and the step is
     Gym's collector's without observability: the agent's trajectory projected, ``model_calls_unavailable``
     among its gaps, so Gym's checks on model calls are unobserved rather than "missing captured call".
+
+    ``finalize_new``, called while the trials run, sends the records written since its last call, as Gym's own
+    collector finalizes each rollout when it returns (its model calls are captured by then); ``finalize`` then
+    sends only the rest, so the step no longer waits for the end of the run.
     """
 
     def __init__(self, helper: GymHelper, folder: Path | None) -> None:
@@ -93,43 +102,100 @@ class Finalizer:
         self.folder = folder
         #: The records as ``finalize`` wrote them (masked), for the next step to use without reading them again.
         self.records: list[Any] | None = None
+        #: The step's answers for records finalized early, by a digest of the record's line as written.
+        self._early: dict[bytes, bytes] = {}
+        #: How far ``finalize_new`` read each file (whole lines only), and the rows it found.
+        self._read_to: dict[str, int] = {ROLLOUTS_FILE: 0, MATERIALIZED_FILE: 0}
+        self._rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._sent = 0
 
-    def finalize(self, run_dir: Path, servers: Mapping[str, EnvironmentServer]) -> str:
-        """Finalize ``run_dir``'s rollouts in place; a one-line account of what was done."""
-        path = run_dir / ROLLOUTS_FILE
-        records = read_records(path)
-        inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
-        todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record]
+    def _item(self, n: int, record: dict[str, Any], row: Mapping[str, Any] | None, servers: Servers) -> dict[str, Any]:
+        agent = stamps(record).agent
+        stamp_server(record, servers.get(agent) if agent else None)
+        if not row:  # no row written for it: Gym's collector needs its indices
+            row = {TASK_INDEX_KEY: record.get(TASK_INDEX_KEY), ROLLOUT_INDEX_KEY: record.get(ROLLOUT_INDEX_KEY)}
+        latency = stamps(record).latency_s
+        latency_ms = round(latency * 1000, 3) if latency is not None else None
         captures = str(self.folder) if self.folder is not None else None
-        lines = []
-        for n in todo:
-            record = records[n]
-            agent = stamps(record).agent
-            stamp_server(record, servers.get(agent) if agent else None)
-            row = inputs.get(trial_key(record)) or {
-                TASK_INDEX_KEY: record.get(TASK_INDEX_KEY),
-                ROLLOUT_INDEX_KEY: record.get(ROLLOUT_INDEX_KEY),
-            }
-            latency = stamps(record).latency_s
-            latency_ms = round(latency * 1000, 3) if latency is not None else None
-            item = {"n": n, "row": row, "result": record, "latency_ms": latency_ms, "captures": captures}
-            if n == todo[-1]:
-                item["last"] = True
-            lines.append(json.dumps(item) + "\n")
-        if not todo:
-            return "0 records finalized"
-        started = time.monotonic()
+        return {"n": n, "row": row, "result": record, "latency_ms": latency_ms, "captures": captures}
+
+    def _run(self, items: list[dict[str, Any]]) -> list[bytes]:
+        """The helper's answers to ``items`` (RuntimeError when it did not answer each)."""
+        items[-1]["last"] = True
+        data = "".join(json.dumps(item) + "\n" for item in items).encode()
         too_slow = f"Gym's trajectory step took more than {_TIMEOUT_S:g} s; raw records kept"
-        answers = self.helper.request("".join(lines).encode(), len(todo), _TIMEOUT_S, too_slow)
-        if len(answers) != len(todo):
+        answers = self.helper.request(data, len(items), _TIMEOUT_S, too_slow)
+        if len(answers) != len(items):
             raise RuntimeError(
-                f"Gym's trajectory step ({self.helper.python}) returned {len(answers)} of {len(todo)} records; raw "
+                f"Gym's trajectory step ({self.helper.python}) returned {len(answers)} of {len(items)} records; raw "
                 f"records kept: {self.helper.errors() or 'no error output'}"
             )
-        for n, answer in zip(todo, answers, strict=True):
-            records[n] = json.loads(answer)
+        return answers
+
+    def _new_lines(self, path: Path) -> list[bytes]:
+        """The whole lines appended to ``path`` since the last call."""
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(self._read_to[path.name])
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]
+        self._read_to[path.name] += len(whole)
+        return whole.splitlines(keepends=True)
+
+    def finalize_new(self, run_dir: Path, servers: Servers) -> int:
+        """The step for the records written since the last call whose rows are written too; how many."""
+        for line in self._new_lines(run_dir / MATERIALIZED_FILE):
+            with contextlib.suppress(ValueError, RecursionError):
+                row = json.loads(line)
+                if isinstance(row, dict):
+                    self._rows[trial_key(row)] = row
+        todo: list[tuple[bytes, dict[str, Any]]] = []
+        for line in self._new_lines(run_dir / ROLLOUTS_FILE):
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # the end reads it again, and says what is wrong with it
+            if isinstance(record, dict) and FINALIZED_KEY not in record and trial_key(record) in self._rows:
+                todo.append((_digest(line), record))
+        if not todo:
+            return 0
+        items = [self._item(self._sent + i, r, self._rows[trial_key(r)], servers) for i, (_, r) in enumerate(todo)]
+        self._sent += len(items)
+        for (digest, _), answer in zip(todo, self._run(items), strict=True):
+            self._early[digest] = answer
+        return len(todo)
+
+    def finalize(self, run_dir: Path, servers: Servers) -> str:
+        """Finalize ``run_dir``'s rollouts in place; a one-line account of what was done."""
+        path = run_dir / ROLLOUTS_FILE
+        records: list[dict[str, Any]] = []
+        early: list[bytes | None] = []
+        for number, line in iter_lines(path):
+            record = parse_record(path, number, line)
+            if record is not None:
+                records.append(record)
+                early.append(self._early.get(_digest(line)))
+        inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
+        todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record and early[n] is None]
+        started = time.monotonic()
+        if todo:
+            items = [self._item(n, records[n], inputs.get(trial_key(records[n])), servers) for n in todo]
+            for n, answer in zip(todo, self._run(items), strict=True):
+                early[n] = answer
+        done = [n for n, answer in enumerate(early) if answer is not None]
+        if not done:
+            return "0 records finalized"
+        for n in done:
+            records[n] = json.loads(early[n])  # type: ignore[arg-type]
         masker = Masker()
         written = [masked_record(masker, record) for record in records]
         write_atomically(path, b"".join(line for _, line in written))
         self.records = [record for record, _ in written]
-        return f"{len(todo)} records finalized in {time.monotonic() - started:.1f} s"
+        ahead = len(done) - len(todo)
+        return f"{len(done)} records finalized ({ahead} while the trials ran) in {time.monotonic() - started:.1f} s"
+
+
+def _digest(line: bytes) -> bytes:
+    return hashlib.blake2b(line.rstrip(b"\n"), digest_size=16).digest()

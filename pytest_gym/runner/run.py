@@ -52,6 +52,9 @@ if TYPE_CHECKING:
     from pytest_gym.rollout.dispatcher import Dispatcher
 
 
+#: How often the trajectory step takes the rollouts recorded since it last looked, while the trials run.
+EARLY_TRAJECTORIES_S = 1.0
+
 #: A trial left without Gym when the cause is reported already (by the first trial that needed it).
 NOT_RUN = (
     "pytest-gym: not run: Gym is unavailable (it did not start, or could not be reached); the cause is reported "
@@ -88,6 +91,8 @@ class GymRun:
     _trajectory_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     #: The rollouts as the trajectory step wrote them, until Gym's /aggregate_metrics takes them.
     _finalized: list[Any] | None = field(default=None, init=False, repr=False)
+    _trajectories: Finalizer | None = field(default=None, init=False, repr=False)
+    _stop_early: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _access: GymAccess | None = field(default=None, init=False, repr=False)
 
     @property
@@ -345,7 +350,8 @@ class GymRun:
         return [step for step, setting in on if setting == "on"]
 
     def start_gym_steps(self) -> None:
-        """Owner: start the helper for Gym's steps now, so that Gym's imports overlap the trials."""
+        """Owner: start the helper for Gym's steps now, so that Gym's imports overlap the trials, and the
+        trajectory step on the rollouts as they are recorded."""
         steps = self._steps_on()
         if not self.owner or not steps or self.gym_helper is not None:
             return
@@ -353,6 +359,9 @@ class GymRun:
             self._gym_helper(*steps)
         except OSError as exc:
             self.notes.append(clean_text(f"Gym's interpreter did not start: {exc}"))
+            return
+        if "trajectories" in steps:
+            threading.Thread(target=self._finalize_early, name="pytest-gym-trajectories", daemon=True).start()
 
     def _gym_helper(self, *steps: str) -> GymHelper | None:
         """The run's helper for Gym's steps: the one started early, else one started now for ``steps``; None
@@ -368,6 +377,7 @@ class GymRun:
         return helper
 
     def _close_gym_helper(self) -> None:
+        self._stop_early.set()  # the early trajectory step never starts a helper again
         helper, self.gym_helper = self.gym_helper, None
         if helper is not None:
             helper.close()
@@ -417,6 +427,7 @@ class GymRun:
 
         Never raises: the raw records stay as written and a note says why.
         """
+        self._stop_early.set()
         with self._trajectory_lock:
             if self.trajectories_done or not self.owner or self.settings.trajectories != "on":
                 return
@@ -431,44 +442,65 @@ class GymRun:
                     self._close_gym_helper()
 
     def _finalize_trajectories(self) -> None:
-        if not (self.run_dir / ROLLOUTS_FILE).is_file():
+        finalizer = self._finalizer(self.notes)
+        if finalizer is None:
             return
         endpoint = self.endpoint()
-        if endpoint is None:
-            return  # nothing ran against Gym here (every trial reused)
-        if endpoint.local_pids and endpoint.capture_dir is None:
-            self.notes.append(
-                "trajectories: Gym was started without observability_enabled/model_call_capture_dir (a --gym-set "
-                "overrode them?): records keep Gym's answers as they are"
-            )
-            return
-        folder: Path | None = None
-        attached = ""
+        assert endpoint is not None  # a finalizer is made only for one
+        finalizer.finalize(self.run_dir, environment_servers(endpoint))
+        self._finalized = finalizer.records
         if not endpoint.local_pids or endpoint.capture_dir is None:
             # An attached Gym: its capture folder (if any) is shared by every run against it, and capture ids
             # are "<task>-<rollout>", the same in each run, so its files would mix runs. Only a Gym this run
             # started captures into a folder of this run alone; here Gym's collector step runs without captures
             # (as `gym eval run` against a Gym without observability), so Gym's checks see no model call.
-            attached = (
+            self.notes.append(
                 f"trajectories: the attached Gym's model calls are not captured for this run ({endpoint.head_url}): "
                 "records got Gym's collector step without them (ng_trajectory gap model_calls_unavailable; Gym's "
                 "checks on model calls are unobserved); a Gym pytest-gym starts captures into this run's folder; "
                 "--gym-trajectories off silences this"
             )
-        else:
-            folder = Path(endpoint.capture_dir)
+
+    def _finalizer(self, notes: list[str]) -> Finalizer | None:
+        """The run's trajectory step (one: it keeps what it finalized while the trials ran); None, and why in
+        ``notes``, when it cannot run (or nothing ran against Gym yet). Caller holds ``_trajectory_lock``."""
+        if self._trajectories is not None:
+            return self._trajectories
+        if not (self.run_dir / ROLLOUTS_FILE).is_file():
+            return None
+        endpoint = self.endpoint()
+        if endpoint is None:
+            return None  # nothing ran against Gym here (every trial reused)
+        if endpoint.local_pids and endpoint.capture_dir is None:
+            notes.append(
+                "trajectories: Gym was started without observability_enabled/model_call_capture_dir (a --gym-set "
+                "overrode them?): records keep Gym's answers as they are"
+            )
+            return None
         helper = self._gym_helper(*self._steps_on())  # the health checks, if on, use it next
         if helper is None:
-            self.notes.append(
+            notes.append(
                 f"trajectories: Gym's interpreter was not found beside {self.settings.cli!r} (--gym-cli): "
                 "records kept as Gym answered"
             )
-            return
-        finalizer = Finalizer(helper, folder)
-        finalizer.finalize(self.run_dir, environment_servers(endpoint))
-        self._finalized = finalizer.records
-        if attached:
-            self.notes.append(attached)
+            return None
+        attached = not endpoint.local_pids or endpoint.capture_dir is None
+        self._trajectories = Finalizer(helper, None if attached else Path(str(endpoint.capture_dir)))
+        return self._trajectories
+
+    def _finalize_early(self) -> None:
+        """While the trials run: the trajectory step for the rollouts recorded so far, every
+        ``EARLY_TRAJECTORIES_S``. Any problem ends it: the end of the run does the rest, and says what is wrong."""
+        while not self._stop_early.wait(EARLY_TRAJECTORIES_S):
+            with self._trajectory_lock:
+                if self.trajectories_done or self._stop_early.is_set():
+                    return
+                try:
+                    finalizer, endpoint = self._finalizer([]), self.endpoint()
+                    if finalizer is not None and endpoint is not None:
+                        finalizer.finalize_new(self.run_dir, environment_servers(endpoint))
+                except Exception:
+                    return
 
     def _aggregate_now(self) -> list[dict[str, Any]] | None:
         from pytest_gym.rollout.http import FetchError, fetch  # imported when used (asyncio: start-up time)

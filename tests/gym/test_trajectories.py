@@ -8,6 +8,7 @@ test. The commands are the README's ("Inspecting a run folder with Gym's tools")
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,38 @@ def test_an_mcqa_run_folder_reads_as_gyms_own(
         *start_mode(gym_cli, "--gym-repeats", "2", *reuse(kept_pool)), "-p", "no:randomly"
     )
     result.assert_outcomes(passed=4, failed=6)
+    check_run_folder(gym_cli, pytester.path / "run", [example], 10, "mcqa_environment_server", 0, tools=False)
+
+
+FINALIZED_ACCOUNT = """
+import pytest_gym.gym.trajectories as trajectories
+
+_finalize = trajectories.Finalizer.finalize
+
+
+def finalize(self, run_dir, servers):
+    account = _finalize(self, run_dir, servers)
+    (run_dir.parent / "finalized.txt").write_text(account)
+    return account
+
+
+trajectories.Finalizer.finalize = finalize
+"""
+
+
+def test_rollouts_finalized_while_the_trials_run_read_as_gyms_own(
+    pytester: pytest.Pytester, example: Path, gym_cli: str, kept_pool: Path
+) -> None:
+    """Gym's collector step runs on the rollouts recorded so far while the trials go on (as Gym's own collector
+    finalizes each rollout as it returns); the folder reads as Gym's own all the same."""
+    pytester.makeconftest(FINALIZED_ACCOUNT)
+    slow = ("--gym-repeats", "2", "--gym-concurrency", "1", "--gym-policy-latency-ms", "400")
+    result = pytester.runpytest_subprocess(*start_mode(gym_cli, *slow, *reuse(kept_pool)), "-p", "no:randomly")
+    result.assert_outcomes(passed=4, failed=6)
+    account = (pytester.path / "finalized.txt").read_text()
+    found = re.search(r"^10 records finalized \((\d+) while the trials ran\)", account)
+    assert found is not None, account
+    assert 0 < int(found.group(1)) < 10, account
     check_run_folder(gym_cli, pytester.path / "run", [example], 10, "mcqa_environment_server", 0, tools=False)
 
 

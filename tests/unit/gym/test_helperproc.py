@@ -17,8 +17,9 @@ import pytest
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, ServerInstance
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.helperproc import GymHelper
-from pytest_gym.runfolder.layout import ROLLOUTS_FILE, STATE_FILE
-from pytest_gym.runner.run import GymRun
+from pytest_gym.gym.trajectories import Finalizer
+from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE, STATE_FILE
+from pytest_gym.runner.run import EARLY_TRAJECTORIES_S, GymRun
 
 FAKE_GYM = {
     "__init__.py": "import os\nwith open(os.environ['FAKE_GYM_PIDS'], 'a') as fh:\n    fh.write(f'{os.getpid()}\\n')\n",
@@ -203,3 +204,67 @@ def test_an_interpreter_that_does_not_start_is_named_as_such_not_as_missing(tmp_
     assert why is not None
     assert why.startswith("Gym's health checks did not run: ")
     assert not any("not found" in note for note in run.notes), run.notes
+
+
+def write_part(run_dir: Path, numbers: range, torn: str = "") -> None:
+    """Rollouts ``numbers`` and their rows, appended as a run records them (the row first); ``torn``: the start of
+    a next record, not ended yet."""
+    with (run_dir / MATERIALIZED_FILE).open("a") as rows, (run_dir / ROLLOUTS_FILE).open("a") as rollouts:
+        for n in numbers:
+            rows.write(json.dumps({"q": f"row {n}", "_ng_task_index": n, "_ng_rollout_index": 0}) + "\n")
+            rollouts.write(json.dumps({"reward": 1.0, "agent_ref": {"name": "a"}, "_ng_task_index": n,
+                                       "_ng_rollout_index": 0}) + "\n")  # fmt: skip
+        rollouts.write(torn)
+
+
+def test_rollouts_finalized_while_the_trials_run_give_the_folder_finalizing_at_the_end_gives(
+    tmp_path: Path, gym_python: Path
+) -> None:
+    early, late = tmp_path / "early", tmp_path / "late"
+    for run_dir in (early, late):
+        write_run(run_dir, 0)
+        write_part(run_dir, range(3), torn='{"reward": 1.0, "_ng_ta')
+    helpers = [GymHelper(gym_python, ["trajectories"], run_dir) for run_dir in (early, late)]
+    try:
+        finalizer = Finalizer(helpers[0], early / "model_calls")
+        assert finalizer.finalize_new(early, {}) == 3
+        assert finalizer.finalize_new(early, {}) == 0  # nothing new; the torn line waits for its end
+        for run_dir in (early, late):
+            with (run_dir / ROLLOUTS_FILE).open("a") as fh:
+                fh.write('sk_index": 3, "_ng_rollout_index": 0}\n')
+            write_part(run_dir, range(4, 6))
+        assert finalizer.finalize_new(early, {}) == 2  # 4 and 5; 3, whose row was never written, is left for the end
+        write_part(early, range(6, 7))
+        write_part(late, range(6, 7))
+        assert finalizer.finalize(early, {}).startswith("7 records finalized (5 while the trials ran)")
+        assert Finalizer(helpers[1], late / "model_calls").finalize(late, {}).startswith("7 records finalized (0 ")
+    finally:
+        for helper in helpers:
+            helper.close()
+    records = [json.loads(line) for line in (early / ROLLOUTS_FILE).read_text().splitlines()]
+    assert [r["ng_trajectory"]["row"] for r in records] == [0, 1, 2, 3, 4, 5, 6]
+    assert (early / ROLLOUTS_FILE).read_text().replace("early", "late") == (late / ROLLOUTS_FILE).read_text()
+
+
+def test_the_run_finalizes_rollouts_while_the_trials_run_and_never_after_its_helper_closed(
+    tmp_path: Path, gym_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = tmp_path / "started"
+    monkeypatch.setenv("FAKE_GYM_STARTED", str(started))
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 0)
+    run = GymRun(GymSettings(cli=str(gym_python.parent / "gym"), health_check="off"), run_dir, owner=True)
+    run.start_gym_steps()
+    write_part(run_dir, range(2))
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:  # Gym's step ran on them: before the end
+        time.sleep(0.05)
+    assert started.exists()
+    run.finish()  # a run that ends without judging (nothing to judge, or stopped): the helper closes
+    assert run.gym_helper is None
+    write_part(run_dir, range(2, 4))
+    time.sleep(2.5 * EARLY_TRAJECTORIES_S)
+    assert helper_processes(tmp_path) == 1  # none started again for the rollouts written after the end
+    run.finalize_trajectories()  # had it been asked: what ran early is in the folder with the rest
+    records = [json.loads(line) for line in (run_dir / ROLLOUTS_FILE).read_text().splitlines()]
+    assert [r["ng_trajectory"]["row"] for r in records] == [0, 1, 2, 3]
