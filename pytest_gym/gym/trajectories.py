@@ -34,6 +34,7 @@ from pytest_gym.runfolder.records import (
     ROLLOUT_INDEX_KEY,
     TASK_INDEX_KEY,
     EnvironmentServer,
+    RecordError,
     parse_record,
     read_records,
     stamp_server,
@@ -146,19 +147,17 @@ class Finalizer:
 
     def finalize_new(self, run_dir: Path, servers: Servers) -> int:
         """The step for the records written since the last call whose rows are written too; how many."""
-        for line in self._new_lines(run_dir / MATERIALIZED_FILE):
-            with contextlib.suppress(ValueError, RecursionError):
-                row = json.loads(line)
-                if isinstance(row, dict):
+        rows, rollouts = run_dir / MATERIALIZED_FILE, run_dir / ROLLOUTS_FILE
+        for line in self._new_lines(rows):
+            with contextlib.suppress(RecordError):  # the end reads it again, and says what is wrong with it
+                if (row := parse_record(rows, 0, line)) is not None:
                     self._rows[trial_key(row)] = row
         todo: list[tuple[bytes, dict[str, Any]]] = []
-        for line in self._new_lines(run_dir / ROLLOUTS_FILE):
-            try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):
-                continue  # the end reads it again, and says what is wrong with it
-            if isinstance(record, dict) and FINALIZED_KEY not in record and trial_key(record) in self._rows:
-                todo.append((_digest(line), record))
+        for line in self._new_lines(rollouts):
+            with contextlib.suppress(RecordError):
+                record = parse_record(rollouts, 0, line)
+                if record is not None and FINALIZED_KEY not in record and trial_key(record) in self._rows:
+                    todo.append((_digest(line), record))
         if not todo:
             return 0
         items = [self._item(self._sent + i, r, self._rows[trial_key(r)], servers) for i, (_, r) in enumerate(todo)]
