@@ -360,7 +360,7 @@ class GymRun:
         except OSError as exc:
             self.notes.append(clean_text(f"Gym's interpreter did not start: {exc}"))
             return
-        if "trajectories" in steps:
+        if "trajectories" in steps and self.gym_helper is not None:  # None: no Gym interpreter here
             threading.Thread(target=self._finalize_early, name="pytest-gym-trajectories", daemon=True).start()
 
     def _gym_helper(self, *steps: str) -> GymHelper | None:

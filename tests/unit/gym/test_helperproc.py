@@ -268,3 +268,12 @@ def test_the_run_finalizes_rollouts_while_the_trials_run_and_never_after_its_hel
     run.finalize_trajectories()  # had it been asked: what ran early is in the folder with the rest
     records = [json.loads(line) for line in (run_dir / ROLLOUTS_FILE).read_text().splitlines()]
     assert [r["ng_trajectory"]["row"] for r in records] == [0, 1, 2, 3]
+
+
+def test_without_gyms_interpreter_no_trajectory_step_waits_for_rollouts(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 1)
+    run = GymRun(GymSettings(cli=str(tmp_path / "nowhere" / "gym")), run_dir, owner=True)
+    run.start_gym_steps()
+    assert run.gym_helper is None
+    assert "pytest-gym-trajectories" not in {thread.name for thread in threading.enumerate()}
