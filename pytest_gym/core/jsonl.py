@@ -77,6 +77,29 @@ class AppendLog:
                 self._fd = None
 
 
+class AppendedLines:
+    """The whole lines appended to a file (by any process) since the last call; a line still being written is
+    read once it ends. Not thread-safe: its caller keeps one reader at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+
+    def read(self) -> list[bytes]:
+        """The new whole lines, each with its newline; none when the file does not exist (yet)."""
+        try:
+            if self.path.stat().st_size <= self._offset:
+                return []
+            with open(self.path, "rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        whole = data[: data.rfind(b"\n") + 1]
+        self._offset += len(whole)
+        return whole.splitlines(keepends=True)
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """(line number, line) for every non-blank line; nothing when the file does not exist."""
     try:

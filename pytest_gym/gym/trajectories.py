@@ -26,7 +26,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import ENVIRONMENT_TYPE, GymEndpoint
-from pytest_gym.core.jsonl import iter_lines
+from pytest_gym.core.jsonl import AppendedLines, iter_lines
 from pytest_gym.core.masking import Masker
 from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.runfolder.layout import CAPTURE_DIR, MATERIALIZED_FILE, ROLLOUTS_FILE
@@ -105,18 +105,17 @@ class Finalizer:
         self.records: list[Any] | None = None
         #: The step's answers for records finalized early, by a digest of the record's line as written.
         self._early: dict[bytes, bytes] = {}
-        #: How far ``finalize_new`` read each file (whole lines only), and the rows it found.
-        self._read_to: dict[str, int] = {ROLLOUTS_FILE: 0, MATERIALIZED_FILE: 0}
+        #: What ``finalize_new`` reads (the lines written since it last looked), and the rows it found.
+        self._appended: dict[Path, AppendedLines] = {}
         self._rows: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._sent = 0
 
     def _item(self, n: int, record: dict[str, Any], row: Mapping[str, Any] | None, servers: Servers) -> dict[str, Any]:
-        agent = stamps(record).agent
-        stamp_server(record, servers.get(agent) if agent else None)
+        found = stamps(record)
+        stamp_server(record, servers.get(found.agent) if found.agent else None)
         if not row:  # no row written for it: Gym's collector needs its indices
             row = {TASK_INDEX_KEY: record.get(TASK_INDEX_KEY), ROLLOUT_INDEX_KEY: record.get(ROLLOUT_INDEX_KEY)}
-        latency = stamps(record).latency_s
-        latency_ms = round(latency * 1000, 3) if latency is not None else None
+        latency_ms = round(found.latency_s * 1000, 3) if found.latency_s is not None else None
         captures = str(self.folder) if self.folder is not None else None
         return {"n": n, "row": row, "result": record, "latency_ms": latency_ms, "captures": captures}
 
@@ -134,16 +133,7 @@ class Finalizer:
         return answers
 
     def _new_lines(self, path: Path) -> list[bytes]:
-        """The whole lines appended to ``path`` since the last call."""
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(self._read_to[path.name])
-                data = fh.read()
-        except FileNotFoundError:
-            return []
-        whole = data[: data.rfind(b"\n") + 1]
-        self._read_to[path.name] += len(whole)
-        return whole.splitlines(keepends=True)
+        return self._appended.setdefault(path, AppendedLines(path)).read()
 
     def finalize_new(self, run_dir: Path, servers: Servers) -> int:
         """The step for the records written since the last call whose rows are written too; how many."""
@@ -175,7 +165,7 @@ class Finalizer:
             record = parse_record(path, number, line)
             if record is not None:
                 records.append(record)
-                early.append(self._early.get(_digest(line)))
+                early.append(self._early.get(_digest(line)) if self._early else None)
         inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
         todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record and early[n] is None]
         started = time.monotonic()

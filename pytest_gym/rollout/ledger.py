@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_gym.core.jsonl import AppendedLines
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.layout import LEDGER_FILE
 
@@ -69,9 +70,11 @@ class Ledger:
     total: Spend = field(default_factory=Spend)
     #: (suite, task hash) -> repeat -> result.
     results: dict[tuple[str, str], dict[int, Result]] = field(default_factory=dict)
-    _offset: int = 0
-    _partial: bytes = b""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _appended: AppendedLines = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._appended = AppendedLines(self.path)
 
     @property
     def path(self) -> Path:
@@ -104,20 +107,8 @@ class Ledger:
     def refresh(self) -> None:
         """Take in the lines appended since the last call (by any process)."""
         with self._lock:
-            try:
-                size = self.path.stat().st_size
-            except FileNotFoundError:
-                return
-            if size <= self._offset:
-                return
-            with open(self.path, "rb") as fh:
-                fh.seek(self._offset)
-                data = fh.read(size - self._offset)
-            self._offset += len(data)
-            lines = (self._partial + data).split(b"\n")
-            self._partial = lines.pop()  # a line still being written
-            for line in lines:
-                self._take(line)
+            for line in self._appended.read():
+                self._take(line.rstrip(b"\n"))
 
     def _take(self, line: bytes) -> None:
         if not line or len(line) > _MAX_LINE:

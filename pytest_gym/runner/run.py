@@ -449,7 +449,7 @@ class GymRun:
         assert endpoint is not None  # a finalizer is made only for one
         finalizer.finalize(self.run_dir, environment_servers(endpoint))
         self._finalized = finalizer.records
-        if not endpoint.local_pids or endpoint.capture_dir is None:
+        if finalizer.folder is None:
             # An attached Gym: its capture folder (if any) is shared by every run against it, and capture ids
             # are "<task>-<rollout>", the same in each run, so its files would mix runs. Only a Gym this run
             # started captures into a folder of this run alone; here Gym's collector step runs without captures
@@ -493,7 +493,7 @@ class GymRun:
         ``EARLY_TRAJECTORIES_S``. Any problem ends it: the end of the run does the rest, and says what is wrong."""
         while not self._stop_early.wait(EARLY_TRAJECTORIES_S):
             with self._trajectory_lock:
-                if self.trajectories_done or self._stop_early.is_set():
+                if self._stop_early.is_set():  # set before the end's own step takes this lock
                     return
                 try:
                     finalizer, endpoint = self._finalizer([]), self.endpoint()
