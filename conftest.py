@@ -111,7 +111,12 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, each worker's share starts with its part of the real-Gym tests (tens of seconds each) and
+    """The real-Gym tests run first and together (in one process: all of them; under xdist: each worker's share
+    starts with its part), so the Ray cluster and the Gyms they share (tests/gym/conftest.py, scoped to that
+    folder) start once per process and stop as soon as its last real-Gym test is done, not idle (about 2-4% of a
+    core each) through the rest of the run.
+
+    Under xdist, each worker's share starts with its part of the real-Gym tests (tens of seconds each) and
     ends with the short ones, in the order pytest-randomly chose within each kind. The real-Gym tests go in
     contiguous shares sorted by file (shuffled within each): a file's tests mostly run in one worker, so the
     Gyms it keeps (tests/gym/conftest.py's ``kept_pool``) serve its other tests with the same settings.
@@ -120,9 +125,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the end of a busy one's queue: so the last tests of the run are short, not one Gym test that keeps a
     worker busy for a minute while the other waits (CI's last minute ran at 1-14% CPU before). Every worker
     computes the same order from the same shuffled list, as xdist requires."""
-    workers = int(getattr(config, "workerinput", {}).get("workercount", 1))
-    if workers < 2:
-        return
+    workers = max(1, int(getattr(config, "workerinput", {}).get("workercount", 1)))
     slow: list[pytest.Item] = []
     fast: list[pytest.Item] = []
     for item in items:

@@ -11,6 +11,9 @@
   never touch it, and a Ray start is about a third of a Gym start's CPU. Tests about a started Gym's whole
   process tree and lifetime ask for ``own_ray``: their Gym starts its own cluster, as it does for users.
 
+All of them are scoped to this folder (``package``): they stop once the process's last real-Gym test is done
+(the root conftest runs these tests first and together), instead of idling through the rest of the run.
+
 Without Gym these tests skip locally and fail under CI, where they must run.
 """
 
@@ -59,7 +62,7 @@ except KeyboardInterrupt:
 """
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def shared_ray(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray cluster for this test process; ``RAY_ADDRESS`` makes every Gym started here join it."""
     folder = tmp_path_factory.mktemp("ray")
@@ -85,10 +88,10 @@ def shared_ray(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         stop_supervised([holder])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pool_of_this_process(shared_ray: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """``--gym-reuse`` folder of this test process: its kept Gyms live as long as it (``owner``), and are stopped
-    at its end, before the Ray cluster they joined."""
+    after its last test of this folder, before the Ray cluster they joined."""
     pool = tmp_path_factory.mktemp("kept")
     (pool / OWNER_FILE).write_text(str(os.getpid()))
     yield pool
@@ -102,7 +105,7 @@ def own_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_gym(gym_cli: str, pool_of_this_process: Path, tmp_path_factory: pytest.TempPathFactory) -> RealGym:
     """The shared Gym, kept in this process's pool: start-mode tests with the same settings (``start_mode`` and
     ``reuse``: mcqa, the policy answering E) attach to it too. Leased only while such a test runs."""
@@ -122,7 +125,7 @@ def real_gym(gym_cli: str, pool_of_this_process: Path, tmp_path_factory: pytest.
     return RealGym(endpoint, gym_cli, run_dir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kept_pool(real_gym: RealGym, pool_of_this_process: Path) -> Path:
     """``--gym-reuse`` folder for start-mode tests that are not about starting (``reuse``). The shared Gym is in it
     first: a start-mode test with its settings that came first would start it with that test's idle time
