@@ -150,7 +150,8 @@ class Finalizer:
                     todo.append((_digest(line), record))
         if not todo:
             return 0
-        items = [self._item(self._sent + i, r, self._rows[trial_key(r)], servers) for i, (_, r) in enumerate(todo)]
+        # A row is taken when its record is (each trial has its own): the rows held are those of trials not back yet.
+        items = [self._item(self._sent + i, r, self._rows.pop(trial_key(r)), servers) for i, (_, r) in enumerate(todo)]
         self._sent += len(items)
         for (digest, _), answer in zip(todo, self._run(items), strict=True):
             self._early[digest] = answer
@@ -173,17 +174,19 @@ class Finalizer:
             items = [self._item(n, records[n], inputs.get(trial_key(records[n])), servers) for n in todo]
             for n, answer in zip(todo, self._run(items), strict=True):
                 early[n] = answer
-        done = [n for n, answer in enumerate(early) if answer is not None]
+        done = 0
+        for n, finalized in enumerate(early):
+            if finalized is not None:
+                records[n] = json.loads(finalized)
+                done += 1
         if not done:
             return "0 records finalized"
-        for n in done:
-            records[n] = json.loads(early[n])  # type: ignore[arg-type]
         masker = Masker()
         written = [masked_record(masker, record) for record in records]
         write_atomically(path, b"".join(line for _, line in written))
         self.records = [record for record, _ in written]
-        ahead = len(done) - len(todo)
-        return f"{len(done)} records finalized ({ahead} while the trials ran) in {time.monotonic() - started:.1f} s"
+        ahead = done - len(todo)
+        return f"{done} records finalized ({ahead} while the trials ran) in {time.monotonic() - started:.1f} s"
 
 
 def _digest(line: bytes) -> bytes:

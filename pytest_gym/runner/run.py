@@ -484,8 +484,8 @@ class GymRun:
                 "records kept as Gym answered"
             )
             return None
-        attached = not endpoint.local_pids or endpoint.capture_dir is None
-        self._trajectories = Finalizer(helper, None if attached else Path(str(endpoint.capture_dir)))
+        capture = endpoint.capture_dir if endpoint.local_pids else None  # None: an attached Gym, no captures here
+        self._trajectories = Finalizer(helper, Path(capture) if capture is not None else None)
         return self._trajectories
 
     def _finalize_early(self) -> None:

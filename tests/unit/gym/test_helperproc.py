@@ -246,6 +246,21 @@ def test_rollouts_finalized_while_the_trials_run_give_the_folder_finalizing_at_t
     assert (early / ROLLOUTS_FILE).read_text().replace("early", "late") == (late / ROLLOUTS_FILE).read_text()
 
 
+def test_the_early_step_holds_only_the_rows_of_trials_not_back_yet(tmp_path: Path, gym_python: Path) -> None:
+    """A long run's rows are not all kept in memory until its end: a row goes once its record is finalized."""
+    write_run(tmp_path, 0)
+    write_part(tmp_path, range(3))
+    with (tmp_path / MATERIALIZED_FILE).open("a") as rows:  # trial 3 sent, its rollout not back yet
+        rows.write(json.dumps({"q": "row 3", "_ng_task_index": 3, "_ng_rollout_index": 0}) + "\n")
+    helper = GymHelper(gym_python, ["trajectories"], tmp_path)
+    try:
+        finalizer = Finalizer(helper, tmp_path / "model_calls")
+        assert finalizer.finalize_new(tmp_path, {}) == 3
+        assert [row["q"] for row in finalizer._rows.values()] == ["row 3"]
+    finally:
+        helper.close()
+
+
 def test_the_run_finalizes_rollouts_while_the_trials_run_and_never_after_its_helper_closed(
     tmp_path: Path, gym_python: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
