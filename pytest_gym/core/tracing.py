@@ -10,6 +10,7 @@ into a link (``https://jaeger.example/trace/{trace_id}``). Standard library only
 from __future__ import annotations
 
 import os
+import random
 import re
 
 #: ``version-trace_id-parent_id-flags`` (https://www.w3.org/TR/trace-context/#traceparent-header).
@@ -25,10 +26,17 @@ MAX_TRACESTATE = 512
 TRACE_ID_FIELD = "{trace_id}"
 
 
+#: Where the trace ids come from: seeded from the system's randomness once (again in a forked child), then drawn
+#: without a system call. The ids must be unique, not secret; on the dispatcher's thread a system call per trial
+#: gives up the interpreter lock, and taking it back from pytest's busy thread costs two thread switches.
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)
+
+
 def new_traceparent() -> tuple[str, str]:
     """(``traceparent`` header value, its trace id) for a new trace; neither id is all zeros."""
-    while True:  # both ids from one read of the system's randomness (one system call per trial, not two)
-        ids = os.urandom(24).hex()
+    while True:
+        ids = f"{_ids.getrandbits(192):048x}"
         trace_id, parent_id = ids[:32], ids[32:]
         if trace_id != "0" * 32 and parent_id != "0" * 16:  # pragma: no branch - one chance in 2**64
             return f"00-{trace_id}-{parent_id}-01", trace_id

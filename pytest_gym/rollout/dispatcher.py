@@ -294,6 +294,7 @@ class Dispatcher:
             self._thread.join(timeout=10)
         if not self._thread.is_alive() and not self._loop.is_closed():
             self._loop.close()  # an unclosed loop keeps its selector's file descriptors until collected
+            self._rollouts.close()
         self.record_pending()
         if self._switched:
             self._switched = False

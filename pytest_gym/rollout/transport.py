@@ -18,7 +18,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from pytest_gym.core.access import GymAccess, access_hint
-from pytest_gym.core.dataset import DatasetError, Task
+from pytest_gym.core.dataset import DatasetError, RowReader, Task
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.masking import mask_secrets, strip_control
 from pytest_gym.core.numbers import is_finite_number
@@ -254,6 +254,11 @@ class Rollouts:
         self.check_evidence = check_evidence
         #: The rows read last (by task), a few: a task's repeats start close together.
         self._rows: dict[int, tuple[Task, dict[str, Any]]] = {}
+        self._reader = RowReader()
+
+    def close(self) -> None:
+        """Close the datasets read: once the loop that reads them has stopped."""
+        self._reader.close()
 
     def trace_headers(self, outcome: TrialOutcome) -> dict[str, str]:
         """The trial's W3C trace context, one trace per trial (every attempt carries it); its id on the outcome."""
@@ -309,7 +314,7 @@ class Rollouts:
         kept = self._rows.get(id(task))
         if kept is not None and kept[0] is task:
             return kept[1]
-        row = task.load_row()
+        row = self._reader.load(task)
         if len(self._rows) >= _ROWS_KEPT:
             del self._rows[next(iter(self._rows))]  # the oldest
         self._rows[id(task)] = (task, row)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from pytest_gym.core.dataset import DatasetError, canonical_json, parse_row, read_tasks, task_hash
+from pytest_gym.core.dataset import DatasetError, RowReader, canonical_json, parse_row, read_tasks, task_hash
 
 ROW = {"responses_create_params": {"input": [{"role": "user", "content": "2+2?"}]}, "expected_answer": "4"}
 
@@ -47,6 +48,57 @@ def test_rows_are_read_back_from_their_offset(tmp_path: Path) -> None:
     tasks = read_tasks(path)
     assert all(t.row_override is None for t in tasks)
     assert [t.load_row() for t in tasks] == rows
+
+
+def test_the_row_reader_reads_every_row_as_load_row_does_through_one_open_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows longer than one read (16 KiB), and a last line without a newline, come back whole."""
+    rows = [{**ROW, "expected_answer": str(i), "pad": "x" * (40_000 if i in (3, 9) else i)} for i in range(10)]
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")  # no newline at the end
+    tasks = read_tasks(path)
+    opened: list[object] = []
+    real_open = os.open
+
+    def counted_open(file: object, *args: object, **kwargs: object) -> int:
+        opened.append(file)
+        return real_open(file, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", counted_open)
+    reader = RowReader()
+    try:
+        assert [reader.load(t) for t in reversed(tasks)] == list(reversed(rows))
+        assert [t.load_row() for t in tasks] == rows
+    finally:
+        reader.close()
+    assert opened == [path]
+
+
+def test_the_row_reader_closes_its_files(tmp_path: Path) -> None:
+    path = write(tmp_path, json.dumps(ROW))
+    reader = RowReader()
+    reader.load(read_tasks(path)[0])
+    (fd,) = reader._files.values()
+    reader.close()
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        os.fstat(fd)
+    reader.close()  # twice: nothing left to close
+
+
+def test_a_row_changed_after_collection_is_a_dataset_error_with_file_and_line(tmp_path: Path) -> None:
+    path = write(tmp_path, json.dumps(ROW), json.dumps({**ROW, "expected_answer": "5"}))
+    tasks = read_tasks(path)
+    with path.open("r+b") as fh:  # the same file, rewritten in place
+        fh.seek(tasks[1].offset)
+        fh.write(b"{not json")
+    reader = RowReader()
+    try:
+        with pytest.raises(DatasetError, match="invalid JSON") as caught:
+            reader.load(tasks[1])
+    finally:
+        reader.close()
+    assert f"{path}:2" in str(caught.value)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from pytest_gym.core.dataset import Task, read_tasks
+from pytest_gym.core.dataset import RowReader, Task, read_tasks
 from pytest_gym.core.endpoint import GymEndpoint
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.rollout import dispatcher as dispatch
@@ -191,13 +191,13 @@ def test_a_tasks_row_is_read_once_for_its_repeats_and_each_request_is_its_own(
 ) -> None:
     specs = make_specs(tmp_path, 3, repeats=4)
     reads: list[int] = []
-    load_row = Task.load_row
+    load = RowReader.load
 
-    def counted(task: Task) -> dict[str, Any]:
+    def counted(reader: RowReader, task: Task) -> dict[str, Any]:
         reads.append(task.line)
-        return load_row(task)
+        return load(reader, task)
 
-    monkeypatch.setattr(Task, "load_row", counted)
+    monkeypatch.setattr(RowReader, "load", counted)
     dispatcher = make_dispatcher(fake, concurrency=4)
     dispatcher.plan(specs)
     try:
@@ -210,6 +210,32 @@ def test_a_tasks_row_is_read_once_for_its_repeats_and_each_request_is_its_own(
         (b["_ng_task_index"], b["_ng_rollout_index"], b["responses_create_params"]["input"]) for b in bodies
     ) == [(i, r, f"q{i}") for i in range(3) for r in range(4)]
     assert [(o.request or {}).get("_ng_rollout_index") for o in outcomes] == [s.repeat for s in specs]
+
+
+def open_files_of(path: Path) -> list[str]:
+    folder = Path("/proc/self/fd")
+    found = []
+    for entry in folder.iterdir():
+        try:
+            if os.readlink(entry) == str(path):
+                found.append(entry.name)
+        except OSError:
+            continue  # closed meanwhile
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
+def test_the_dataset_is_read_through_one_open_file_closed_with_the_dispatcher(fake: StandinGym, tmp_path: Path) -> None:
+    specs = make_specs(tmp_path, 6, repeats=2)
+    dispatcher = make_dispatcher(fake, concurrency=3)
+    dispatcher.plan(specs)
+    try:
+        outcomes = [dispatcher.result(spec) for spec in specs]
+        assert len(open_files_of(tmp_path / "data.jsonl")) == 1
+    finally:
+        dispatcher.close()
+    assert [o.reward for o in outcomes] == [1.0] * 12
+    assert open_files_of(tmp_path / "data.jsonl") == []
 
 
 def waiting(dispatcher: Dispatcher) -> bool:
