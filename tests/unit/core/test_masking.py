@@ -11,10 +11,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.dataset import DatasetError, read_tasks
-from pytest_gym.core.masking import MAX_MESSAGE, clean_text, json_depth_exceeds, mask_data, mask_secrets
+from pytest_gym.core.masking import (
+    _WORD_HINT_GROUPS,
+    _WORD_HINTS,
+    MAX_MESSAGE,
+    clean_text,
+    group_hints,
+    holds_a_hint,
+    json_depth_exceeds,
+    mask_data,
+    mask_secrets,
+)
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.messages import clean_outcome, failure_message, fault_message
@@ -429,3 +441,24 @@ def test_a_header_variable_is_masked_whole_and_its_token_when_cut(monkeypatch: p
     assert mask_secrets("sent Bearer tok-proxy-9f8e7d6c") == "sent ***"
     assert mask_secrets("cut tok-proxy-9f8e...") == "cut ***..."
     assert mask_secrets("Bearer authentication, tok-proxy-other") == "Bearer authentication, tok-proxy-other"
+
+
+_HINTS = ("api_key", "apikey", "access-key", "sig=", "sig:", "signature", "passw", "passphrase", "secret", "bearer")
+_PIECES = st.sampled_from(["api", "_key", "key", "access", "-", "sig", "=", ":", "nature", "pass", "w", "phrase",
+                           "secret", "bear", "er", "x", " ", "design", "signal"])  # fmt: skip
+
+
+@given(st.lists(_PIECES, max_size=12).map("".join))
+def test_the_grouped_hint_search_says_what_a_search_per_hint_says(text: str) -> None:
+    """The cheap pre-check of every record and answer looks for a core ("sig") before its hints ("sig=",
+    "signature"): it must never clear a text that a search for each hint would not."""
+    groups = group_hints(_HINTS, ("api", "access", "sig", "pass"))
+    assert holds_a_hint(text, groups) == any(hint in text for hint in _HINTS)
+
+
+def test_every_hint_is_in_exactly_one_group() -> None:
+    groups = group_hints(_WORD_HINTS, ("api", "access", "private", "sig", "pass"))
+    listed = [hint for core, members in groups for hint in (members or (core,))]
+    assert sorted(listed) == sorted(_WORD_HINTS)
+    assert all(core in hint for core, members in groups for hint in members)
+    assert groups == _WORD_HINT_GROUPS
