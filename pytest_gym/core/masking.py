@@ -99,6 +99,7 @@ def holds_a_hint(lower: str, groups: tuple[tuple[str, tuple[str, ...]], ...]) ->
 
 
 _WORD_HINT_GROUPS = group_hints(_WORD_HINTS, ("api", "access", "private", "sig", "pass"))
+
 #: Values a secret-looking key may keep: numbers, JSON/Python literals, an already masked value, and
 #: placeholders (``token=...``, ``token=VALUE``, ``token=$GITHUB_TOKEN``: a hint, not a credential).
 _PLAIN_VALUE = re.compile(

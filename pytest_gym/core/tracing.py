@@ -30,7 +30,8 @@ TRACE_ID_FIELD = "{trace_id}"
 #: without a system call. The ids must be unique, not secret; on the dispatcher's thread a system call per trial
 #: gives up the interpreter lock, and taking it back from pytest's busy thread costs two thread switches.
 _ids = random.Random()
-os.register_at_fork(after_in_child=_ids.seed)
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_ids.seed)
 
 
 def new_traceparent() -> tuple[str, str]:
