@@ -77,6 +77,10 @@ class ClaimBoard:
         self._prefix = str(self.folder) + os.sep
         self._paths: dict[str, str] = {}
         self._fds: dict[str, int] = {}  # open claim files of this process, until the outcome is in
+        #: Trials seen claimed: ``claimed`` answers these without a ``stat`` (the feeder asks again for each trial
+        #: of its worker's queue another worker holds, at every pass). A claim given back later still reads as
+        #: claimed here; that only keeps the feeder from prefetching it: ``state`` reads the board itself.
+        self._seen_claimed: set[str] = set()
 
     def _path(self, nodeid: str) -> str:
         path = self._paths.get(nodeid)
@@ -91,6 +95,7 @@ class ClaimBoard:
         try:
             fd = os.open(self._path(nodeid), flags, 0o644)
         except FileExistsError:
+            self._seen_claimed.add(nodeid)
             return False
         os.write(fd, b"%d\n" % self.pid)
         self._fds[nodeid] = fd
@@ -125,13 +130,20 @@ class ClaimBoard:
         return self.state(nodeid)[1]
 
     def claimed(self, nodeid: str) -> bool:
-        return os.path.exists(self._path(nodeid))
+        """Whether a trial was claimed, by any process: for what to prefetch (see ``_seen_claimed``)."""
+        if nodeid in self._seen_claimed:
+            return True
+        if os.path.exists(self._path(nodeid)):
+            self._seen_claimed.add(nodeid)
+            return True
+        return False
 
     def release(self, nodeid: str) -> None:
         """Give a claim back (a cancelled rollout): whoever needs the trial may claim it again."""
         fd = self._fds.pop(nodeid, None)
         if fd is None:
             return
+        self._seen_claimed.discard(nodeid)
         path = self._path(nodeid)
         try:
             if os.fstat(fd).st_ino == os.stat(path).st_ino:

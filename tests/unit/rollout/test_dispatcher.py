@@ -107,6 +107,27 @@ def test_a_claim_is_won_once_and_names_its_pid(tmp_path: Path) -> None:
     assert b.claim("x::t[r0]")
 
 
+def test_a_claim_seen_is_not_looked_up_again_and_one_given_back_here_is_free_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The feeder asks whether each trial of its queue is claimed at every pass: a trial seen claimed is known
+    without a file lookup. What this process gives back is free again; what another gives back is still seen
+    claimed (only for prefetching: ``state`` reads the board)."""
+    a, b = ClaimBoard(tmp_path, pid=111), ClaimBoard(tmp_path, pid=222)
+    assert a.claim("x::t[r0]")
+    assert b.claimed("x::t[r0]")
+    lookups: list[str] = []
+    real_exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda path: lookups.append(str(path)) or real_exists(path))
+    assert all(b.claimed("x::t[r0]") for _ in range(5))
+    assert lookups == []
+    assert a.claimed("x::t[r0]")
+    a.release("x::t[r0]")
+    assert not a.claimed("x::t[r0]")
+    assert b.claimed("x::t[r0]")
+    assert b.state("x::t[r0]") == (None, None)
+
+
 def test_one_taker_wins_a_dead_claimants_trial(tmp_path: Path) -> None:
     dead = dead_pid()
     ClaimBoard(tmp_path, pid=dead).claim("n")
