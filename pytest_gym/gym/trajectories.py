@@ -163,14 +163,19 @@ class Finalizer:
         records: list[dict[str, Any]] = []
         early: list[bytes | None] = []
         for number, line in iter_lines(path):
+            answer = self._early.get(_digest(line)) if self._early else None
+            if answer is not None:  # read when it was finalized early, and replaced by its answer below
+                records.append({})
+                early.append(answer)
+                continue
             record = parse_record(path, number, line)
             if record is not None:
                 records.append(record)
-                early.append(self._early.get(_digest(line)) if self._early else None)
-        inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
+                early.append(None)
         todo = [n for n, record in enumerate(records) if FINALIZED_KEY not in record and early[n] is None]
         started = time.monotonic()
-        if todo:
+        if todo:  # the rows of the rest (read whole only then: the early step took the others' rows as they came)
+            inputs = {trial_key(r): r for r in read_records(run_dir / MATERIALIZED_FILE)}
             items = [self._item(n, records[n], inputs.get(trial_key(records[n])), servers) for n in todo]
             for n, answer in zip(todo, self._run(items), strict=True):
                 early[n] = answer

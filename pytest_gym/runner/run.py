@@ -89,7 +89,7 @@ class GymRun:
         default=None, init=False, repr=False
     )
     _trajectory_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    #: The rollouts as the trajectory step wrote them, until Gym's /aggregate_metrics takes them.
+    #: The rollouts as the trajectory step wrote them, for the health checks and Gym's /aggregate_metrics after it.
     _finalized: list[Any] | None = field(default=None, init=False, repr=False)
     _trajectories: Finalizer | None = field(default=None, init=False, repr=False)
     _stop_early: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
@@ -337,6 +337,8 @@ class GymRun:
         except Exception as exc:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
             return None
+        finally:
+            self._finalized = None  # the last step that reads them (after the health checks)
 
     def _gym_env(self) -> dict[str, str]:
         """The environment of a process running Gym's code: ours without the --gym-header variables."""
@@ -390,7 +392,9 @@ class GymRun:
             return self._health_checks()
 
     def _health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
-        rollouts = read_records(self.run_dir / ROLLOUTS_FILE) if (self.run_dir / ROLLOUTS_FILE).is_file() else []
+        rollouts = self._finalized  # as the trajectory step wrote them: not read again
+        if rollouts is None:
+            rollouts = read_records(self.run_dir / ROLLOUTS_FILE) if (self.run_dir / ROLLOUTS_FILE).is_file() else []
         try:
             if not rollouts:
                 return {}, None
@@ -512,7 +516,7 @@ class GymRun:
         path = self.run_dir / ROLLOUTS_FILE
         if not path.exists():
             return None
-        records, self._finalized = self._finalized or read_jsonl(path), None  # as the trajectory step wrote them
+        records = self._finalized or read_jsonl(path)  # as the trajectory step wrote them (the health checks too)
         endpoint = self.endpoint()
         if not records or endpoint is None:
             return None
@@ -540,6 +544,7 @@ class GymRun:
 
     def finish(self) -> None:
         """End of the run: close the dispatcher; the owner stops the deployment."""
+        self._finalized = None
         self.close()
         self._close_gym_helper()
         if self.owner:

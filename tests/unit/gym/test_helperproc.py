@@ -16,6 +16,7 @@ import pytest
 
 from pytest_gym.core.endpoint import AGENT_TYPE, ENVIRONMENT_TYPE, GymEndpoint, ServerInstance
 from pytest_gym.core.settings import GymSettings
+from pytest_gym.gym import trajectories
 from pytest_gym.gym.helperproc import GymHelper
 from pytest_gym.gym.trajectories import Finalizer
 from pytest_gym.runfolder.layout import MATERIALIZED_FILE, ROLLOUTS_FILE, STATE_FILE
@@ -292,3 +293,60 @@ def test_without_gyms_interpreter_no_trajectory_step_waits_for_rollouts(tmp_path
     run.start_gym_steps()
     assert run.gym_helper is None
     assert "pytest-gym-trajectories" not in {thread.name for thread in threading.enumerate()}
+
+
+def test_the_end_reads_no_record_again_that_was_finalized_while_the_trials_ran(
+    tmp_path: Path, gym_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record finalized early is replaced by the step's answer: the end neither parses its line again nor reads
+    the rows (each taken as it came); only what is left is read."""
+    write_run(tmp_path, 0)
+    write_part(tmp_path, range(3))
+    helper = GymHelper(gym_python, ["trajectories"], tmp_path)
+    parsed: list[str] = []
+    read: list[str] = []
+    real_parse, real_read = trajectories.parse_record, trajectories.read_records
+
+    def counted_parse(path: Path, number: int, line: bytes) -> Any:
+        parsed.append(f"{path.name}:{number}")
+        return real_parse(path, number, line)
+
+    def counted_read(path: Path) -> Any:
+        read.append(path.name)
+        return real_read(path)
+
+    try:
+        finalizer = Finalizer(helper, tmp_path / "model_calls")
+        assert finalizer.finalize_new(tmp_path, {}) == 3
+        write_part(tmp_path, range(3, 4))  # back after the early step last looked
+        monkeypatch.setattr(trajectories, "parse_record", counted_parse)
+        monkeypatch.setattr(trajectories, "read_records", counted_read)
+        assert finalizer.finalize(tmp_path, {}).startswith("4 records finalized (3 while the trials ran)")
+    finally:
+        helper.close()
+    assert parsed == [f"{ROLLOUTS_FILE}:4"]
+    assert read == [MATERIALIZED_FILE]
+    records = [json.loads(line) for line in (tmp_path / ROLLOUTS_FILE).read_text().splitlines()]
+    assert [r["ng_trajectory"]["row"] for r in records] == [0, 1, 2, 3]
+    assert finalizer.records == records
+
+
+def test_the_health_checks_use_the_rollouts_the_trajectory_step_wrote_without_reading_them_again(
+    tmp_path: Path, gym_python: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_gym.runner import run as run_module
+
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 3)
+    run = GymRun(GymSettings(cli=str(gym_python.parent / "gym")), run_dir, owner=True)
+    run.start_gym_steps()
+    run.finalize_trajectories()
+    read: list[str] = []
+    real_read = run_module.read_records
+    monkeypatch.setattr(run_module, "read_records", lambda path: read.append(path.name) or real_read(path))
+    _, why = run.health_checks()
+    assert why is None
+    assert "Gym's health checks: 3 rollouts checked, 3 healthy, 0 unhealthy, 0 unobserved" in run.notes
+    assert ROLLOUTS_FILE not in read
+    run.aggregate_metrics()  # the last step that reads them lets them go
+    assert run._finalized is None
