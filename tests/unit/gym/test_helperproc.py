@@ -91,14 +91,20 @@ def write_run(run_dir: Path, records: int, **extra: Any) -> None:
     (run_dir / STATE_FILE).write_text(json.dumps({"endpoint": endpoint.to_json()}))
 
 
-def test_one_process_finalizes_the_trajectories_then_checks_the_finalized_folder(
-    tmp_path: Path, gym_python: Path
-) -> None:
-    run_dir = tmp_path / "run"
+def finalized_run(run_dir: Path, gym_python: Path) -> GymRun:
+    """An owner's run of 3 rollouts, its trajectory step done (its helper kept for the health checks)."""
     write_run(run_dir, 3)
     run = GymRun(GymSettings(cli=str(gym_python.parent / "gym")), run_dir, owner=True)
     run.start_gym_steps()
     run.finalize_trajectories()
+    return run
+
+
+def test_one_process_finalizes_the_trajectories_then_checks_the_finalized_folder(
+    tmp_path: Path, gym_python: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run = finalized_run(run_dir, gym_python)
     records = [json.loads(line) for line in (run_dir / ROLLOUTS_FILE).read_text().splitlines()]
     assert [r["ng_trajectory"]["row"] for r in records] == [0, 1, 2]
     assert records[0]["ng_model_call_capture"] == {"dirs": [str(run_dir / "model_calls")]}
@@ -336,11 +342,7 @@ def test_the_health_checks_use_the_rollouts_the_trajectory_step_wrote_without_re
 ) -> None:
     from pytest_gym.runner import run as run_module
 
-    run_dir = tmp_path / "run"
-    write_run(run_dir, 3)
-    run = GymRun(GymSettings(cli=str(gym_python.parent / "gym")), run_dir, owner=True)
-    run.start_gym_steps()
-    run.finalize_trajectories()
+    run = finalized_run(tmp_path / "run", gym_python)
     read: list[str] = []
     real_read = run_module.read_records
     monkeypatch.setattr(run_module, "read_records", lambda path: read.append(path.name) or real_read(path))
