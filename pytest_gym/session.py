@@ -496,8 +496,8 @@ class GymSession:
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])
         from pytest_gym.report.html import write_html
 
-        used = {v.suite: v.baseline_path for v in verdicts if v.baseline_path}  # a suite file's, too
-        html_note = write_html(self.run_dir, used or self.settings.baseline, self.settings.html, sources)
+        used = {v.suite: v.baseline_path for v in verdicts if v.baseline_path} or self.settings.baseline
+        html_note = write_html(self.run_dir, used, self.settings.html, sources, self.run.rollouts_written)
         if html_note:
             self.add_note(html_note)
         failed = fresh_line(self.config)  # the gates' line starts at the file's name, with its own percentages

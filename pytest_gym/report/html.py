@@ -35,7 +35,7 @@ import json
 import math
 import re
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
@@ -100,6 +100,8 @@ _NOT_FIELDS = frozenset(
 Baselines: TypeAlias = "str | Path | Mapping[str, str | Path] | None"
 #: The same for the baseline run folder (--gym-baseline-run): the Changes section shows its answers beside these.
 BaselineRuns: TypeAlias = "str | Path | Mapping[str, str | Path] | None"
+#: Records of a run folder's ``rollouts.jsonl``, already read.
+Records: TypeAlias = "Sequence[dict[str, Any]]"
 _HEX12 = re.compile(r"[0-9a-f]{12}")
 #: Characters of text kept for all trials (answers, steps, errors) and for all prompts, shared out so that a
 #: trial of a failing or errored task gets ``_INTERESTING`` times the share of a passing one; each share is
@@ -248,11 +250,11 @@ def _interesting(task: _Task, min_reward: float, reward_key: str) -> bool:
     return False
 
 
-def _collect(run_dir: Path, mask: _Masker) -> dict[tuple[str, str], _Task]:
+def _collect(run_dir: Path, mask: _Masker, rollouts: Records | None = None) -> dict[tuple[str, str], _Task]:
     tasks: dict[tuple[str, str], _Task] = {}
     # Failures first: a trial with both (it cannot happen, but a folder may be assembled by hand) shows its reward.
     for name, ok in ((FAILURES_FILE, False), (ROLLOUTS_FILE, True)):
-        for record in read_records(run_dir / name):
+        for record in rollouts if ok and rollouts is not None else read_records(run_dir / name):
             found = stamps(record)
             suite, key = _suite_and_key(found)
             suite = mask.text(suite)
@@ -397,8 +399,11 @@ def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
 
 
 class _Builder:
-    def __init__(self, run_dir: Path, baseline: Baselines, baseline_run: BaselineRuns = None) -> None:
+    def __init__(
+        self, run_dir: Path, baseline: Baselines, baseline_run: BaselineRuns = None, rollouts: Records | None = None
+    ) -> None:
         self.run_dir = run_dir
+        self.rollouts = rollouts
         self.baseline = baseline
         self.baseline_run = baseline_run
         self.mask = _Masker()
@@ -423,7 +428,7 @@ class _Builder:
         assert isinstance(basis, dict)
         reward_key = str(basis.get("reward_key") or "reward")
 
-        collected = _collect(run_dir, self.mask)
+        collected = _collect(run_dir, self.mask, self.rollouts)
         indices = collections.Counter(t.index for t in collected.values() if isinstance(t.index, int))
         by_index = {t.index: t.key for t in collected.values() if isinstance(t.index, int) and indices[t.index] == 1}
         by_rollout = {
@@ -814,14 +819,17 @@ def _mark_common_prefix(tasks: list[dict[str, Any]]) -> None:
             task["prompt_at"] = cut
 
 
-def report_data(run_dir: Path, baseline: Baselines = None, baseline_run: BaselineRuns = None) -> dict[str, Any]:
+def report_data(
+    run_dir: Path, baseline: Baselines = None, baseline_run: BaselineRuns = None, rollouts: Records | None = None
+) -> dict[str, Any]:
     """The page's data: run, suites (numbers, gates and their tasks, baseline, flaky, totals) and tasks.
 
     ``baseline`` is the ``--gym-baseline`` file the run was compared with (or a mapping from suite, the path
     part of its node ids, to its file): every task's mean reward before. It is read only for suites whose
-    summary has a comparison; without it they show what the summary says.
+    summary has a comparison; without it they show what the summary says. ``rollouts``: the records of the
+    folder's ``rollouts.jsonl`` as the run wrote them last (the run holds them: not read again).
     """
-    return _Builder(Path(run_dir), baseline, baseline_run).build()
+    return _Builder(Path(run_dir), baseline, baseline_run, rollouts).build()
 
 
 # -- the page ---------------------------------------------------------------------------------------------
@@ -902,15 +910,19 @@ def render(data: dict[str, Any]) -> str:
 
 
 def build_report(
-    run_dir: Path, output: Path | None = None, baseline: Baselines = None, baseline_run: BaselineRuns = None
+    run_dir: Path,
+    output: Path | None = None,
+    baseline: Baselines = None,
+    baseline_run: BaselineRuns = None,
+    rollouts: Records | None = None,
 ) -> Path:
     """Write the run's page (default ``run_dir/report.html``) in one step and return its path.
 
-    ``baseline``: see :func:`report_data`.
+    ``baseline``, ``rollouts``: see :func:`report_data`.
     """
     run_dir = Path(run_dir)
     target = Path(output) if output is not None else run_dir / REPORT_FILE
-    html = render(report_data(run_dir, baseline, baseline_run))
+    html = render(report_data(run_dir, baseline, baseline_run, rollouts))
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(target, html.encode("utf-8"), fsync=False)
     return target
@@ -946,11 +958,15 @@ def _summary_entry(entry: SuiteSummary) -> dict[str, Any]:
 
 
 def write_html(
-    run_dir: Path, baseline: Baselines = None, copy_to: str | None = None, baseline_run: BaselineRuns = None
+    run_dir: Path,
+    baseline: Baselines = None,
+    copy_to: str | None = None,
+    baseline_run: BaselineRuns = None,
+    rollouts: Records | None = None,
 ) -> str | None:
     """The run's page in its folder (and a copy at ``copy_to``, ``--gym-html``); a note when it cannot be written."""
     try:
-        page = build_report(run_dir, baseline=baseline, baseline_run=baseline_run)
+        page = build_report(run_dir, baseline=baseline, baseline_run=baseline_run, rollouts=rollouts)
         if copy_to:
             Path(copy_to).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(page, copy_to)

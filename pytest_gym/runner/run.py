@@ -89,7 +89,7 @@ class GymRun:
         default=None, init=False, repr=False
     )
     _trajectory_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    #: The rollouts as the trajectory step wrote them, for the health checks and Gym's /aggregate_metrics after it.
+    #: The rollouts as the trajectory step wrote them (``rollouts_written``).
     _finalized: list[Any] | None = field(default=None, init=False, repr=False)
     _trajectories: Finalizer | None = field(default=None, init=False, repr=False)
     _stop_early: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
@@ -337,8 +337,12 @@ class GymRun:
         except Exception as exc:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
             return None
-        finally:
-            self._finalized = None  # the last step that reads them (after the health checks)
+
+    @property
+    def rollouts_written(self) -> list[Any] | None:
+        """The records of ``rollouts.jsonl`` as the trajectory step wrote them (None: read the file), until ``finish``:
+        the health checks, Gym's /aggregate_metrics and the page use them without reading the file again."""
+        return self._finalized
 
     def _gym_env(self) -> dict[str, str]:
         """The environment of a process running Gym's code: ours without the --gym-header variables."""

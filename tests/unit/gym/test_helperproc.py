@@ -337,7 +337,7 @@ def test_the_end_reads_no_record_again_that_was_finalized_while_the_trials_ran(
     assert finalizer.records == records
 
 
-def test_the_health_checks_use_the_rollouts_the_trajectory_step_wrote_without_reading_them_again(
+def test_the_health_checks_use_the_rollouts_the_trajectory_step_wrote_without_reading_them_again_until_the_end(
     tmp_path: Path, gym_python: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_gym.runner import run as run_module
@@ -350,5 +350,6 @@ def test_the_health_checks_use_the_rollouts_the_trajectory_step_wrote_without_re
     assert why is None
     assert "Gym's health checks: 3 rollouts checked, 3 healthy, 0 unhealthy, 0 unobserved" in run.notes
     assert ROLLOUTS_FILE not in read
-    run.aggregate_metrics()  # the last step that reads them lets them go
-    assert run._finalized is None
+    assert run.rollouts_written == [json.loads(line) for line in (run.run_dir / ROLLOUTS_FILE).read_text().splitlines()]
+    run.finish()  # the page has used them: the run lets them go
+    assert run.rollouts_written is None

@@ -19,7 +19,7 @@ from pytest_gym.core.dataset import task_hash
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.judge.stats import suite_stats
 from pytest_gym.report.html import build_report, embed_json, prompt_text, render, report_data
-from pytest_gym.runfolder.layout import SUMMARY_FILE
+from pytest_gym.runfolder.layout import FAILURES_FILE, ROLLOUTS_FILE, SUMMARY_FILE
 from pytest_gym.runfolder.rollouts import RunFolderWriter, write_aggregate_metrics
 from pytest_gym.runfolder.summary import write_summary
 from tests.helpers.browser import click, console_errors, page_data, rows_shown
@@ -140,6 +140,28 @@ def test_tasks_and_trials_are_read_from_the_rollouts(tmp_path: Path) -> None:
     assert errored["http_status"] == 500
     assert "reward" not in errored
     assert "nodeid" not in errored  # the page builds <suite>::<hash12>[rN] itself
+
+
+def test_the_rollouts_the_run_holds_give_the_page_the_file_gives_without_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_gym.report import html
+
+    r0, r1 = row(0), row(1)
+    trials = [
+        outcome(r0, 0, 0, 1.0, answer_text="so 0"),
+        outcome(r1, 1, 0, 0.0, answer_text="so 3"),
+        outcome(r1, 1, 1, None),
+    ]
+    run_dir = write_run(tmp_path, trials)
+    held = [json.loads(line) for line in (run_dir / ROLLOUTS_FILE).read_text().splitlines()]
+    from_file = report_data(run_dir)
+    read: list[str] = []
+    real_read = html.read_records
+    monkeypatch.setattr(html, "read_records", lambda path: read.append(path.name) or real_read(path))
+    assert report_data(run_dir, rollouts=held) == from_file
+    assert ROLLOUTS_FILE not in read
+    assert FAILURES_FILE in read  # the errors are not among the rollouts
 
 
 def two_suites_sharing_indices(run_dir: Path, prose: str = "") -> dict[tuple[str, int], str]:
