@@ -131,6 +131,9 @@ class Task:
 
 #: What one read of a row asks for; a longer row takes more reads.
 _ROW_READ = 16 * 1024
+#: Datasets a ``RowReader`` keeps open at once (the least recently read is closed first): a run of hundreds of
+#: datasets must not use up the process's file descriptors (256 by default on macOS).
+ROW_FILES_OPEN = 32
 
 
 class RowReader:
@@ -138,20 +141,24 @@ class RowReader:
 
     Why not ``Task.load_row`` on the dispatcher's thread: opening, seeking, reading and closing are five system
     calls, and each gives up the interpreter lock, which that thread then takes back from pytest's busy thread (two
-    thread switches). An open file also keeps reading the dataset that was collected if it is replaced meanwhile.
-    Used by one thread; ``close`` once nothing reads any more.
+    thread switches). A file kept open also keeps reading the dataset that was collected if it is replaced meanwhile.
+    Used by one thread; ``close`` once nothing reads any more. At most ``ROW_FILES_OPEN`` files are open at once.
     """
 
-    def __init__(self) -> None:
-        self._files: dict[Path, int] = {}
+    def __init__(self, most_open: int = ROW_FILES_OPEN) -> None:
+        self._files: dict[Path, int] = {}  # in the order they were last read
+        self._most_open = max(1, most_open)
 
     def load(self, task: Task) -> dict[str, Any]:
         """The row as sent to Gym (see ``Task.load_row``)."""
         if task.row_override is not None:
             return task.row_override
-        fd = self._files.get(task.path)
+        fd = self._files.pop(task.path, None)
         if fd is None:
-            fd = self._files[task.path] = os.open(task.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            if len(self._files) >= self._most_open:
+                os.close(self._files.pop(next(iter(self._files))))
+            fd = os.open(task.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self._files[task.path] = fd  # the most recently read last
         parts: list[bytes] = []
         offset = task.offset
         while True:

@@ -86,6 +86,30 @@ def test_the_row_reader_closes_its_files(tmp_path: Path) -> None:
     reader.close()  # twice: nothing left to close
 
 
+def test_the_row_reader_keeps_only_the_most_recently_read_datasets_open(tmp_path: Path) -> None:
+    """A run of many datasets must not use up the file descriptors: the least recently read one is closed first."""
+    datasets = []
+    for n in range(5):
+        folder = tmp_path / f"d{n}"
+        folder.mkdir()
+        datasets.append(
+            read_tasks(write(folder, *(json.dumps({**ROW, "expected_answer": f"{n}-{i}"}) for i in range(3))))
+        )
+    reader = RowReader(most_open=2)
+    order = [(0, 0), (1, 0), (0, 1), (2, 0), (0, 2), (1, 1), (3, 0), (4, 0), (4, 1), (0, 0)]
+    try:
+        for d, i in order:
+            assert reader.load(datasets[d][i])["expected_answer"] == f"{d}-{i}"
+            assert len(reader._files) <= 2
+        assert list(reader._files) == [datasets[4][0].path, datasets[0][0].path]  # least recently read first
+        kept = list(reader._files.values())
+    finally:
+        reader.close()
+    for fd in kept:
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
+
+
 def test_a_row_changed_after_collection_is_a_dataset_error_with_file_and_line(tmp_path: Path) -> None:
     path = write(tmp_path, json.dumps(ROW), json.dumps({**ROW, "expected_answer": "5"}))
     tasks = read_tasks(path)
