@@ -34,7 +34,7 @@ from pytest_gym.judge.messages import clean_outcome
 from pytest_gym.rollout.claims import BoardClaims, ClaimBoard, Claims, GlobalSlots, LocalClaims, worker_share
 from pytest_gym.runfolder.health import read_run_health
 from pytest_gym.runfolder.layout import ATTACHED_FILE, BOARD_DIR, ROLLOUTS_FILE, RUN_STARTED_FILE, UNAVAILABLE_REPORTED
-from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, read_records, stamps
+from pytest_gym.runfolder.records import ROLLOUT_ID_KEY, RecordError, read_records, stamps
 from pytest_gym.runfolder.rollouts import (
     RunFolderWriter,
     aggregate_answer,
@@ -89,8 +89,9 @@ class GymRun:
         default=None, init=False, repr=False
     )
     _trajectory_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    #: The rollouts as the trajectory step wrote them (``rollouts_written``).
+    #: The rollouts once final: as the trajectory step wrote them, or as read once after it (``rollouts_written``).
     _finalized: list[Any] | None = field(default=None, init=False, repr=False)
+    _records_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _trajectories: Finalizer | None = field(default=None, init=False, repr=False)
     _stop_early: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _access: GymAccess | None = field(default=None, init=False, repr=False)
@@ -340,9 +341,17 @@ class GymRun:
 
     @property
     def rollouts_written(self) -> list[Any] | None:
-        """The records of ``rollouts.jsonl`` as the trajectory step wrote them (None: read the file), until ``finish``:
-        the health checks, Gym's /aggregate_metrics and the page use them without reading the file again."""
+        """The records of ``rollouts.jsonl`` once final (None: not known, read the file), until ``finish``: the
+        health checks, Gym's /aggregate_metrics and the page use them without reading the file again."""
         return self._finalized
+
+    def _final_records(self) -> list[Any]:
+        """After the trajectory step: the records of ``rollouts.jsonl``, the step's own or read once (by the owner's
+        codec: ``RecordError`` for a broken file), whichever of the end's readers comes first."""
+        with self._records_lock:
+            if self._finalized is None:
+                self._finalized = read_records(self.run_dir / ROLLOUTS_FILE)
+            return self._finalized
 
     def _gym_env(self) -> dict[str, str]:
         """The environment of a process running Gym's code: ours without the --gym-header variables."""
@@ -396,9 +405,7 @@ class GymRun:
             return self._health_checks()
 
     def _health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
-        rollouts = self._finalized  # as the trajectory step wrote them: not read again
-        if rollouts is None:
-            rollouts = read_records(self.run_dir / ROLLOUTS_FILE) if (self.run_dir / ROLLOUTS_FILE).is_file() else []
+        rollouts = self._final_records()
         try:
             if not rollouts:
                 return {}, None
@@ -520,7 +527,10 @@ class GymRun:
         path = self.run_dir / ROLLOUTS_FILE
         if not path.exists():
             return None
-        records = self._finalized or read_jsonl(path)  # as the trajectory step wrote them (the health checks too)
+        try:
+            records = self._final_records()  # read once for the health checks and the page too
+        except RecordError:
+            records = read_jsonl(path)  # Gym's metrics of the whole lines all the same
         endpoint = self.endpoint()
         if not records or endpoint is None:
             return None

@@ -353,3 +353,39 @@ def test_the_health_checks_use_the_rollouts_the_trajectory_step_wrote_without_re
     assert run.rollouts_written == [json.loads(line) for line in (run.run_dir / ROLLOUTS_FILE).read_text().splitlines()]
     run.finish()  # the page has used them: the run lets them go
     assert run.rollouts_written is None
+
+
+def test_without_a_trajectory_step_the_end_reads_the_rollouts_once_for_the_health_checks_metrics_and_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attached with no Gym interpreter here, nothing finalizes the records: the health checks and Gym's
+    /aggregate_metrics (its own thread) share one read of ``rollouts.jsonl``, which the page then uses too."""
+    from pytest_gym.runner import run as run_module
+
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 4)
+    run = GymRun(GymSettings(cli=str(tmp_path / "no-gym" / "gym")), run_dir, owner=True)
+    read: list[str] = []
+    real_read, real_jsonl = run_module.read_records, run_module.read_jsonl
+    monkeypatch.setattr(run_module, "read_records", lambda path: read.append(path.name) or real_read(path))
+    monkeypatch.setattr(run_module, "read_jsonl", lambda path: read.append(path.name) or real_jsonl(path))
+    run.start_aggregate()
+    _, why = run.health_checks()
+    assert why is not None and "Gym's interpreter was not found" in why
+    assert run.aggregate_metrics() == []  # nothing serves the agent's port: a note, no entries
+    assert any("/aggregate_metrics failed for a" in note for note in run.notes), run.notes
+    assert read == [ROLLOUTS_FILE]
+    assert run.rollouts_written == [json.loads(line) for line in (run_dir / ROLLOUTS_FILE).read_text().splitlines()]
+
+
+def test_a_broken_rollouts_file_still_gives_gym_its_whole_lines_for_the_metrics(tmp_path: Path) -> None:
+    """The owner's codec refuses a line that is not JSON; Gym's /aggregate_metrics is asked about the whole lines
+    all the same (it fails here only because nothing serves the agent's port)."""
+    run_dir = tmp_path / "run"
+    write_run(run_dir, 2)
+    with (run_dir / ROLLOUTS_FILE).open("a") as fh:
+        fh.write("not json\n" + json.dumps({"reward": 0.0, "agent_ref": {"name": "a"}}) + "\n")
+    run = GymRun(GymSettings(cli=str(tmp_path / "no-gym" / "gym")), run_dir, owner=True)
+    assert run.aggregate_metrics() == []
+    assert any("/aggregate_metrics failed for a" in note for note in run.notes), run.notes
+    assert run.rollouts_written is None  # nothing read by the codec: the page reads the file and reports it
