@@ -371,7 +371,8 @@ def test_without_a_trajectory_step_the_end_reads_the_rollouts_once_for_the_healt
     monkeypatch.setattr(run_module, "read_jsonl", lambda path: read.append(path.name) or real_jsonl(path))
     run.start_aggregate()
     _, why = run.health_checks()
-    assert why is not None and "Gym's interpreter was not found" in why
+    assert why is not None
+    assert "Gym's interpreter was not found" in why
     assert run.aggregate_metrics() == []  # nothing serves the agent's port: a note, no entries
     assert any("/aggregate_metrics failed for a" in note for note in run.notes), run.notes
     assert read == [ROLLOUTS_FILE]
