@@ -10,14 +10,18 @@ trials fail. Then, interleaved over ROUNDS rounds (so a busy minute of the machi
 - ``pytest-gym``: ``pytest --gym-url URL --gym-dataset rows.jsonl --gym-repeats R`` (ROWS x R trials);
 - ``plain``: plain pytest (``-p no:gym``) running ROWS x R parametrized tests, failing the same ones (every
   odd row's R repeats) with an assertion message of the same kind and length;
-- both again with ``-n 2``.
+- ``floor``: the same plain tests, each also doing the least any plugin driving Gym must do: one ``/run`` to
+  the stand-in over a kept-alive socket, the answer parsed, a record appended to a jsonl file. What it costs
+  beyond ``plain`` is the floor under pytest-gym's own share: no plugin can cost less than it;
+- all three again with ``-n 2``.
 
 ``--before DIR`` also measures the plugin from an earlier source tree (``git archive REV pytest_gym | tar -x
 -C DIR``), interleaved with the rest. Each is a whole process (start-up imports count); its CPU is user + sys
 of the process and its children (``os.wait4``: the xdist workers are its children). It prints the medians,
 the ratio pytest-gym / plain and pytest-gym's own share per trial in ms ((pytest-gym - plain) / trials), for
 one process and for ``-n 2``, then the median of the rounds' own ratios (each round's runs met the same minute of
-the machine), and with ``--before`` the median change from the earlier tree, round by round.
+the machine), the floor's ratio to plain and pytest-gym's to the floor (round by round), and with ``--before``
+the median change from the earlier tree, round by round.
 Target (issue 19): a run costs at most 1.25x plain pytest's CPU.
 
 Every command runs as a normal Python does, caching bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped from
@@ -182,6 +186,44 @@ def test_trial(i):
         pytest.fail(f"reward 0.0 < min_reward 1.0 for task {{task:012x}} ({{where}})", pytrace=False)
 """
 
+#: The least any plugin driving Gym must do per trial, as plain pytest tests: one ``/run`` over a kept-alive
+#: socket (HTTP/1.1 written and read by hand: cheaper than ``http.client``), its JSON parsed, its record appended
+#: to a jsonl file, the reward asserted. No masking, no retries, no run folder, no report, no verdicts: the floor
+#: under pytest-gym's own share.
+FLOOR_TEST = """\
+import json
+import socket
+
+import pytest
+
+ROWS = [json.loads(line) for line in open({rows_path!r}, encoding="utf-8")]
+SOCKET = socket.create_connection(({host!r}, {port}), timeout=30)
+READER = SOCKET.makefile("rb")
+RECORDS = open("rollouts.jsonl", "a", encoding="utf-8")
+
+
+def post(body):
+    data = json.dumps(body).encode()
+    head = f"POST /{agent}/run HTTP/1.1\\r\\nHost: {host}\\r\\nContent-Type: application/json\\r\\n"
+    SOCKET.sendall(f"{{head}}Content-Length: {{len(data)}}\\r\\n\\r\\n".encode() + data)
+    length = 0
+    while (line := READER.readline()) not in (b"\\r\\n", b""):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    return json.loads(READER.read(length))
+
+
+@pytest.mark.parametrize("i", range({trials}))
+def test_trial(i):
+    task = i // {repeats}
+    body = dict(ROWS[task], _ng_task_index=task, _ng_rollout_index=i % {repeats})
+    answer = post(body)
+    RECORDS.write(json.dumps({{**body, **answer}}) + "\\n")
+    if answer["reward"] < 1.0:
+        where = f"{rows_path}:{{task + 1}}, repeat {{i % {repeats}}}"
+        pytest.fail(f"reward {{answer['reward']}} < min_reward 1.0 for task {{task:012x}} ({{where}})", pytrace=False)
+"""
+
 
 @dataclass
 class Side:
@@ -195,23 +237,34 @@ class Side:
 def sides(url: str, work: Path, rows: int, repeats: int, before: Path | None = None) -> list[Side]:
     gym = work / "gym"
     plain = work / "plain"
-    for folder in (gym, plain):
+    floor = work / "floor"
+    for folder in (gym, plain, floor):
         folder.mkdir()
         (folder / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     write_rows(gym / "rows.jsonl", rows)
     (plain / "test_plain.py").write_text(
         PLAIN_TEST.format(trials=rows * repeats, repeats=repeats, rows_path=gym / "rows.jsonl"), encoding="utf-8"
     )
+    host, port = url.rsplit("//", 1)[1].rsplit(":", 1)
+    (floor / "test_floor.py").write_text(
+        FLOOR_TEST.format(
+            trials=rows * repeats, repeats=repeats, rows_path=str(gym / "rows.jsonl"), host=host, port=port, agent=AGENT
+        ),
+        encoding="utf-8",
+    )
     gym_args = [
         *base_args(), "--gym-url", url, "--gym-agent", AGENT, "--gym-dataset=rows.jsonl",
         "--gym-repeats", str(repeats), "--gym-run-dir=run",
     ]  # fmt: skip
     plain_args = [*base_args(), "-p", "no:gym", "test_plain.py"]
+    floor_args = [*base_args(), "-p", "no:gym", "test_floor.py"]
     measured = [
         Side("pytest-gym", gym_args, gym),
         Side("plain", plain_args, plain),
+        Side("floor", floor_args, floor),
         Side("pytest-gym -n 2", [*gym_args, "-n", "2"], gym),
         Side("plain -n 2", [*plain_args, "-n", "2"], plain),
+        Side("floor -n 2", [*floor_args, "-n", "2"], floor),
     ]
     if before is not None:
         measured.insert(1, Side("pytest-gym (before)", gym_args, gym, before))
@@ -327,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for number in range(rounds):
             for side in measured:
                 shutil.rmtree(side.folder / "run", ignore_errors=True)  # each run writes a fresh run folder
+                (side.folder / "rollouts.jsonl").unlink(missing_ok=True)
                 run = run_process(side.args, side.folder, pythonpath=side.source)
                 problem = check(side, run, trials)
                 if problem:
@@ -358,6 +412,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         # The same rounds paired: each round's two runs met the same minute of the machine.
         print(f"  {'':<24} round by round: median ratio {paired(cpu[gym_name], cpu[plain_name]):.2f}x")
+    for floor_name, plain_name in (("floor", "plain"), ("floor -n 2", "plain -n 2")):
+        if floor_name in cpu:
+            # The floor: what the least Gym client costs beyond plain pytest, in the same rounds.
+            floor_ratio = paired(cpu[floor_name], cpu[plain_name])
+            left = paired(cpu[floor_name.replace("floor", "pytest-gym")], cpu[floor_name])
+            print(
+                f"  {floor_name:<24} {medians[floor_name]:6.2f} s: the least Gym client costs {floor_ratio:.2f}x plain "
+                f"pytest (round by round); pytest-gym costs {left:.2f}x it"
+            )
     for now, earlier in (("pytest-gym", "pytest-gym (before)"), ("pytest-gym -n 2", "pytest-gym -n 2 (before)")):
         if earlier in cpu:
             change = paired(cpu[now], cpu[earlier]) - 1

@@ -3,6 +3,7 @@ scripts print)."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -34,7 +35,8 @@ def smoke_run(script: str, *args: str) -> str:
 def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_without_xdist(tmp_path: Path) -> None:
     output = smoke_run("cpu.py", "--workdir", str(tmp_path))
     # Every measured run reported all 20 trials, half of them failed, on both sides.
-    assert len(re.findall(r"round 1 +(pytest-gym|plain)( -n 2)? +cpu .* 10 failed, 10 passed", output)) == 4, output
+    measured = re.findall(r"round 1 +(pytest-gym|plain|floor)( -n 2)? +cpu .* 10 failed, 10 passed", output)
+    assert len(measured) == 6, output
     for side, plain in (("pytest-gym", "plain"), ("pytest-gym -n 2", "plain -n 2")):
         line = re.search(
             rf"^  {re.escape(side)} +\d+\.\d\d s vs {re.escape(plain)} +\d+\.\d\d s: ratio (\d+\.\d\d)x "
@@ -45,6 +47,16 @@ def test_the_cpu_benchmark_prints_the_ratio_and_the_share_per_trial_with_and_wit
         assert line is not None, output
         assert float(line.group(1)) > 0
     assert len(re.findall(r"^ +round by round: median ratio \d+\.\d\dx$", output, re.MULTILINE)) == 2, output
+    # The floor: the least Gym client as plain tests, beside both, and what it recorded (its last run: -n 2).
+    for floor in ("floor", "floor -n 2"):
+        row = (
+            rf"^  {re.escape(floor)} +\d+\.\d\d s: the least Gym client costs \d+\.\d\dx plain pytest "
+            r"\(round by round\); pytest-gym costs \d+\.\d\dx it$"
+        )
+        assert re.search(row, output, re.MULTILINE), output
+    (records,) = tmp_path.glob("cpu-*/floor/rollouts.jsonl")
+    rewards = sorted(json.loads(line)["reward"] for line in records.read_text(encoding="utf-8").splitlines())
+    assert rewards == [0.0] * 10 + [1.0] * 10
     # Where the CPU goes: every phase on both sides, and the threads of each.
     phases = (
         "start-up and collection",
