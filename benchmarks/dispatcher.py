@@ -11,7 +11,9 @@ interleaved rounds:
 - ``bare HTTP``: the plugin's HTTP client alone (``HTTPPool``), one POST per trial, C in flight;
 - ``dispatcher, busy B ms``: a ``Dispatcher`` as a run builds it (the masking listener, the run folder's writer,
   the run's concurrency limit), its results taken in plan order by this thread, which then keeps the
-  interpreter busy for B ms of pure Python per trial, as pytest does between trials (0: it only waits);
+  interpreter busy for B ms of pure Python per trial, as pytest does between trials (0: it only waits); its
+  loop in a thread of its own, as under xdist;
+- ``inline, busy B ms``: the same with the loop on this thread, as in one process;
 - ``the least pipeline``: only the client and the JSON, answers taken in order by a caller busy B ms after each,
   the loop driven by the caller while it waits (one thread) or run in a thread of its own (as the dispatcher's):
   what any design pays, and what the second thread adds.
@@ -122,13 +124,18 @@ def minimal(url: str, bodies: Sequence[bytes], concurrency: int, busy_s: float, 
         loop.close()
 
 
-def dispatched(url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: float, work: Path) -> dict[str, Any]:
-    """One run of ``specs`` through a Dispatcher: each thread's CPU and context switches."""
+def dispatched(
+    url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: float, work: Path, inline: bool = False
+) -> dict[str, Any]:
+    """One run of ``specs`` through a Dispatcher: each thread's CPU and context switches (``inline``: the loop on
+    this thread, so the dispatcher has none of its own)."""
     endpoint = discover(url)
     folder = Path(tempfile.mkdtemp(prefix="run-", dir=work))
     before = thread_stats()
     limit = make_limit(folder, concurrency, adaptive=True, shared=False)
-    dispatcher = Dispatcher(endpoint, concurrency, RESULT_TIMEOUT_S, AGENT, max(64, 4 * concurrency), limit=limit)
+    dispatcher = Dispatcher(
+        endpoint, concurrency, RESULT_TIMEOUT_S, AGENT, max(64, 4 * concurrency), limit=limit, inline=inline
+    )
     writer = RunFolderWriter(folder)
     masker = Masker()
     dispatcher.listeners.append(lambda outcome: clean_outcome(outcome, masker))
@@ -145,8 +152,8 @@ def dispatched(url: str, specs: Sequence[TrialSpec], concurrency: int, busy_s: f
     finally:
         dispatcher.close()
         writer.close()
-    main, dispatch = after[threading.main_thread().name], after["pytest-gym-dispatch"]  # that thread started here
-    start = before[threading.main_thread().name]
+    main, start = after[threading.main_thread().name], before[threading.main_thread().name]
+    dispatch = {"cpu_s": 0.0, "switches": 0} if inline else after["pytest-gym-dispatch"]  # that thread started here
     return {
         "the dispatcher's thread": (dispatch["cpu_s"], int(dispatch["switches"])),
         "pytest's thread": (main["cpu_s"] - start["cpu_s"], int(main["switches"] - start["switches"])),
@@ -176,6 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"== {trials} trials, C={options.concurrency}, {rounds} round(s), Python {sys.version.split()[0]} ==")
             http: list[float] = []
             runs: dict[float, list[dict[str, Any]]] = {b: [] for b in busy}
+            inline: dict[float, list[dict[str, Any]]] = {b: [] for b in busy}
             least: dict[tuple[float, bool], list[float]] = {(b, t): [] for b in busy for t in (False, True)}
             sent = [bodies[i % len(bodies)] for i in range(trials)]
             for number in range(rounds):
@@ -186,6 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     runs[b].append(found)
                     cpu = ", ".join(f"{name} {s[0]:.2f} s" for name, s in found.items())
                     print(f"  round {number + 1}  dispatcher, busy {b:g} ms  {cpu}", flush=True)
+                    inline[b].append(dispatched(url, specs, options.concurrency, b / 1000, work, inline=True))
+                    cpu = "pytest's thread {:.2f} s".format(inline[b][-1]["pytest's thread"][0])
+                    print(f"  round {number + 1}  inline, busy {b:g} ms  {cpu}", flush=True)
                     for threaded in (False, True):
                         least[(b, threaded)].append(minimal(route, sent, options.concurrency, b / 1000, threaded))
     print("\n== medians, per trial ==")
@@ -198,6 +209,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             own = cpu - (b / 1000) * trials if name == "pytest's thread" else cpu
             parts.append(f"{name} {1e6 * own / trials:.0f} us, {switches / trials:.1f} context switches")
         print(f"  busy {b:g} ms: " + "; ".join(parts) + (" (beside its busy work)" if b else ""))
+        cpu = statistics.median(r["pytest's thread"][0] for r in inline[b]) - (b / 1000) * trials
+        switches = statistics.median(r["pytest's thread"][1] for r in inline[b])
+        per_trial = f"{1e6 * cpu / trials:.0f} us, {switches / trials:.1f} switches"
+        print(f"    inline (the loop on pytest's thread): {per_trial}")
         one, two = (1e6 * statistics.median(least[(b, t)]) / trials for t in (False, True))
         least_line = f"one thread {one:.0f} us, a loop thread {two:.0f} us"
         print(f"    the least pipeline (client + JSON), busy {b:g} ms: {least_line}")

@@ -1,7 +1,10 @@
 """Run rollouts ahead of pytest, in item order, with a bounded number in flight.
 
 pytest runs items one at a time; rollouts are slow network calls. The
-dispatcher runs an asyncio loop in a background thread. A feeder walks the
+dispatcher runs an asyncio loop: in one process on pytest's own thread, whenever it
+waits for a result or asks for the next one; under xdist in a background thread
+(another worker may wait for a rollout this one runs while this one's pytest is
+idle). A feeder walks the
 planned trials in item order and starts them, at most ``concurrency`` in flight
 and at most ``lookahead`` trials ahead of the last one pytest reached; each
 trial item waits only for its own result. A trial pytest reaches before the
@@ -26,6 +29,12 @@ finished rollout waits longer than that for its record. Under xdist (``Claims.sh
 may report a trial as soon as it is published, and the controller then reads the run folder: there, a rollout is
 recorded on the loop before it is published.
 
+Why the loop runs on pytest's thread in one process: two threads share one interpreter lock, and the loop's
+thread took it from a busy pytest thread and handed it back at every system call, about eight context switches a
+trial. On pytest's thread the same work costs no switch at all; rollouts in flight still progress whenever pytest
+waits for a result, which against a slow Gym is most of the time, and each request for a result first lets the loop
+send what is due (one pass of the loop that does not block).
+
 ``stop()`` (after ``-x``, ``--maxfail``, Ctrl-C) starts nothing new and cancels
 what is in flight. ``close()`` at the end of the session lets the rollouts in
 flight finish when another process may be waiting for them
@@ -41,7 +50,8 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, TypeVar
 
 from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint
@@ -52,6 +62,8 @@ from pytest_gym.rollout.claims import Claims, LocalClaims
 from pytest_gym.rollout.health import Health
 from pytest_gym.rollout.http import HTTPPool
 from pytest_gym.rollout.transport import Rollouts
+
+_T = TypeVar("_T")
 
 #: Seconds a worker waits beyond the trial timeout for a trial another live worker claimed.
 CLAIM_WAIT_MARGIN_S = 30.0
@@ -82,6 +94,9 @@ def _fast_switching(on: bool) -> None:
             if _switching_users == 0:
                 sys.setswitchinterval(_switch_interval_before)
 
+
+#: Passes of the loop, at most, when pytest asks for a result that is done already (inline).
+_PASSES = 6
 
 #: Seconds a finished rollout waits for pytest's thread to record it before the loop records it itself.
 RECORD_WITHIN_S = 0.05
@@ -156,6 +171,7 @@ class Dispatcher:
         limit: Limit | None = None,
         check_evidence: bool = False,
         admission: Admission | None = None,
+        inline: bool | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.limit = limit
@@ -212,11 +228,16 @@ class Dispatcher:
         self._feeder_waiting = False
         self._stopping = False
         self._closing = False
-        _fast_switching(True)
-        self._switched = True
+        #: The loop runs on pytest's thread (one process); else on its own thread (xdist: see the module).
+        self.inline = (not self.claims.drain_at_close) if inline is None else inline
+        self._switched = not self.inline
+        if self._switched:
+            _fast_switching(True)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if not self.inline:
+            self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
+            self._thread.start()
         access = access or GymAccess()  # an auth proxy's headers and the CA of https servers
         self._http = HTTPPool(access.headers, access.ssl_context, access.origins)
         self._health = Health(endpoint, self._http, probe_timeout_s=min(5.0, trial_timeout))
@@ -234,13 +255,58 @@ class Dispatcher:
         )
         self._slots = _Slots(self.concurrency)
         self._progress: asyncio.Event | None = None
-        self._feeder: concurrent.futures.Future[None] | None = None
-        self._watchdog: concurrent.futures.Future[None] | None = None
+        self._feeder: asyncio.Future[None] | concurrent.futures.Future[None] | None = None
+        self._watchdog: asyncio.Future[None] | concurrent.futures.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        asyncio.run_coroutine_threadsafe(self._init(), self._loop).result()
+        self._call(self._init())
 
     async def _init(self) -> None:
         self._progress = asyncio.Event()
+
+    def _alive(self) -> bool:
+        """The loop can still run work: open (inline) or its thread running it."""
+        return not self._loop.is_closed() if self.inline else self._loop.is_running()
+
+    def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
+        """Run ``coro`` on the loop and wait for its result, from pytest's thread."""
+        if self.inline:
+            return self._loop.run_until_complete(asyncio.wait_for(coro, timeout) if timeout is not None else coro)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _submit(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None] | concurrent.futures.Future[None]:
+        """Start ``coro`` on the loop without waiting for it."""
+        if self.inline:
+            return self._loop.create_task(coro)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _pump(self, until: concurrent.futures.Future[TrialOutcome] | None = None, timeout: float | None = None) -> None:
+        """Inline: run the loop until ``until`` is done or ``timeout`` passed; without ``until``, one pass that does
+        not block (what arrived is read, what is due is sent)."""
+        loop = self._loop
+        if loop.is_closed():
+            return  # closed: nothing runs any more (a result waited for after the end of the session)
+        if until is None or until.done():
+            # A few passes, while each leaves work ready: a wake-up of the feeder, its start of a rollout and that
+            # rollout's request each take one.
+            for _ in range(_PASSES):
+                loop.call_soon(loop.stop)
+                loop.run_forever()
+                if not getattr(loop, "_ready", None):  # CPython's queue of callbacks ready to run
+                    break
+            return
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake(_: object = None) -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        until.add_done_callback(wake)  # set on the loop, so called on this thread
+        timer = loop.call_later(timeout, wake) if timeout is not None else None
+        try:
+            loop.run_until_complete(woken)
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     # -- called from pytest's thread -------------------------------------------------
 
@@ -255,9 +321,9 @@ class Dispatcher:
             self._index = {spec.nodeid: i for i, spec in enumerate(self._plan)}
             self._upcoming = upcoming
         if self._feeder is None and self._plan:
-            self._feeder = asyncio.run_coroutine_threadsafe(self._feed(), self._loop)
+            self._feeder = self._submit(self._feed())
             if self._health.watches:
-                self._watchdog = asyncio.run_coroutine_threadsafe(self._health.watch(), self._loop)
+                self._watchdog = self._submit(self._health.watch())
 
     def result(self, spec: TrialSpec, timeout: float | None = None) -> TrialOutcome:
         """Block until this trial's rollout is done, starting it now if nobody has.
@@ -274,25 +340,25 @@ class Dispatcher:
         self._stopping = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-        if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(timeout=30)
+        if self._alive():
+            self._call(self._cancel_all(), timeout=30)
         self.record_pending()
 
     def close(self) -> None:
         """End of the session: let the rollouts in flight finish if another process may wait for them; shut down."""
-        if self.claims.drain_at_close and not self._stopping and self._loop.is_running():
+        if self.claims.drain_at_close and not self._stopping and self._alive():
             self._closing = True
-            drain = asyncio.run_coroutine_threadsafe(self._drain(), self._loop)
             try:
-                drain.result(timeout=self.claim_wait_s)
-            except concurrent.futures.TimeoutError:
+                self._call(self._drain(), timeout=self.claim_wait_s)
+            except (concurrent.futures.TimeoutError, asyncio.TimeoutError):
                 self.problems.append("rollouts still running at the end of the session were cancelled")
         self.stop()
-        if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(self._aclose(), self._loop).result(timeout=10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-        if not self._thread.is_alive() and not self._loop.is_closed():
+        if self._alive():
+            self._call(self._aclose(), timeout=10)
+            if self._thread is not None:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=10)
+        if not (self._thread is not None and self._thread.is_alive()) and not self._loop.is_closed():
             self._loop.close()  # an unclosed loop keeps its selector's file descriptors until collected
             self._rollouts.close()
         self.record_pending()
@@ -327,7 +393,7 @@ class Dispatcher:
             return future
 
     def start_now(self, spec: TrialSpec, taken_over: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
-        if self._stopping or not self._loop.is_running():
+        if self._stopping or not self._alive():
             return None
         started = None
         for _ in range(_MAX_RECONSIDER):
@@ -339,7 +405,7 @@ class Dispatcher:
                 if held is not None:
                     return held
             try:
-                started = asyncio.run_coroutine_threadsafe(self._claim_now(spec, taken_over), self._loop).result()
+                started = self._call(self._claim_now(spec, taken_over))
                 break
             except _Reconsider:
                 continue  # _admit_now skips it now, or waits while it is held back
@@ -379,7 +445,10 @@ class Dispatcher:
                     )
                 self.admission.note(decision)
                 raise NotAdmitted(decision)
-            self._finished.wait(_QUEUE_POLL_S)
+            if self.inline:
+                self._call(asyncio.sleep(_QUEUE_POLL_S))  # the rollouts it waits for run meanwhile
+            else:
+                self._finished.wait(_QUEUE_POLL_S)
             self._finished.clear()
 
     def _refuse(self, spec: TrialSpec) -> concurrent.futures.Future[TrialOutcome] | None:
@@ -413,6 +482,10 @@ class Dispatcher:
 
     def _wait_recording(self, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> None:
         """Until ``future`` is done (or ``timeout``), record what finishes meanwhile; then what finished before it."""
+        if self.inline:
+            self._pump(future, timeout)  # one pass when it is done already: the next rollouts go out
+            self.record_pending()
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
         if not future.done():
             future.add_done_callback(self._signal_news)
@@ -459,7 +532,10 @@ class Dispatcher:
             self._position = index + 1
             if self._feeder_waiting and self._position >= self._wake_at:
                 self._wake_at = sys.maxsize  # one wake-up per wait: the feeder sets the next mark when it waits again
-                self._loop.call_soon_threadsafe(self._wake)
+                if self.inline:
+                    self._loop.call_soon(self._wake)
+                else:
+                    self._loop.call_soon_threadsafe(self._wake)
 
     # -- the loop thread -----------------------------------------------------------------
 

@@ -54,9 +54,16 @@ def make_specs(tmp_path: Path, rows: int, repeats: int = 1) -> list[TrialSpec]:
     ]
 
 
-def make_dispatcher(fake: StandinGym, concurrency: int, **kwargs: Any) -> Dispatcher:
+def make_dispatcher(fake: StandinGym, concurrency: int, inline: bool = False, **kwargs: Any) -> Dispatcher:
+    """A dispatcher of the stand-in's trials; its loop on a thread of its own (as under xdist) unless ``inline``
+    (on the caller's thread, as in one process): tests of what runs while pytest's thread does not wait use the
+    thread."""
     endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.base_url + "/run"})
-    return Dispatcher(endpoint, concurrency=concurrency, trial_timeout=30, default_agent=None, **kwargs)
+    return Dispatcher(endpoint, concurrency=concurrency, trial_timeout=30, default_agent=None, inline=inline, **kwargs)
+
+
+#: What holds wherever the loop runs: on its own thread (xdist) or on pytest's (one process).
+both_loops = pytest.mark.parametrize("inline", [False, True], ids=["loop-thread", "inline"])
 
 
 def wait_for(predicate: Any, timeout: float = 10.0) -> None:
@@ -173,10 +180,11 @@ def test_a_claim_left_empty_by_a_dead_writer_expires(tmp_path: Path) -> None:
 # -- one process ---------------------------------------------------------------------------------
 
 
-def test_concurrency_bounds_rollouts_in_flight(fake: StandinGym, tmp_path: Path) -> None:
+@both_loops
+def test_concurrency_bounds_rollouts_in_flight(fake: StandinGym, tmp_path: Path, inline: bool) -> None:
     fake.latency_s = 0.1
     specs = make_specs(tmp_path, 6, repeats=4)
-    dispatcher = make_dispatcher(fake, concurrency=4)
+    dispatcher = make_dispatcher(fake, inline=inline, concurrency=4)
     dispatcher.plan(specs)
     started = time.monotonic()
     try:
@@ -245,10 +253,13 @@ def open_files_of(path: Path) -> list[str]:
     return found
 
 
+@both_loops
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/self/fd")
-def test_the_dataset_is_read_through_one_open_file_closed_with_the_dispatcher(fake: StandinGym, tmp_path: Path) -> None:
+def test_the_dataset_is_read_through_one_open_file_closed_with_the_dispatcher(
+    fake: StandinGym, tmp_path: Path, inline: bool
+) -> None:
     specs = make_specs(tmp_path, 6, repeats=2)
-    dispatcher = make_dispatcher(fake, concurrency=3)
+    dispatcher = make_dispatcher(fake, inline=inline, concurrency=3)
     dispatcher.plan(specs)
     try:
         outcomes = [dispatcher.result(spec) for spec in specs]
@@ -290,9 +301,10 @@ def test_a_waiting_feeder_is_woken_once_per_step_of_the_lookahead_not_per_trial(
         dispatcher.close()
 
 
-def test_nothing_is_dispatched_without_a_plan_or_a_request(fake: StandinGym, tmp_path: Path) -> None:
+@both_loops
+def test_nothing_is_dispatched_without_a_plan_or_a_request(fake: StandinGym, tmp_path: Path, inline: bool) -> None:
     specs = make_specs(tmp_path, 3)
-    dispatcher = make_dispatcher(fake, concurrency=4)
+    dispatcher = make_dispatcher(fake, inline=inline, concurrency=4)
     dispatcher.plan([])
     time.sleep(0.2)
     assert runs(fake) == []
@@ -317,9 +329,12 @@ def test_stop_cancels_in_flight_and_starts_nothing(fake: StandinGym, tmp_path: P
     assert len(runs(fake)) == 2
 
 
-def test_listener_records_each_trial_once_and_its_errors_do_not_hang(fake: StandinGym, tmp_path: Path) -> None:
+@both_loops
+def test_listener_records_each_trial_once_and_its_errors_do_not_hang(
+    fake: StandinGym, tmp_path: Path, inline: bool
+) -> None:
     specs = make_specs(tmp_path, 4)
-    dispatcher = make_dispatcher(fake, concurrency=2)
+    dispatcher = make_dispatcher(fake, inline=inline, concurrency=2)
     seen: list[str] = []
 
     def listener(outcome: TrialOutcome) -> None:
@@ -334,9 +349,12 @@ def test_listener_records_each_trial_once_and_its_errors_do_not_hang(fake: Stand
     assert dispatcher.problems[0] == "recording a rollout failed: OSError: disk full"
 
 
-def test_pytests_thread_records_each_trial_before_its_result_is_handed_out(fake: StandinGym, tmp_path: Path) -> None:
+@both_loops
+def test_pytests_thread_records_each_trial_before_its_result_is_handed_out(
+    fake: StandinGym, tmp_path: Path, inline: bool
+) -> None:
     specs = make_specs(tmp_path, 6, repeats=2)
-    dispatcher = make_dispatcher(fake, concurrency=4)
+    dispatcher = make_dispatcher(fake, inline=inline, concurrency=4)
     recorded: list[tuple[str, str]] = []
     thread = threading.current_thread
     dispatcher.recorders.append(lambda batch: recorded.extend((o.nodeid, thread().name) for o in batch))
@@ -551,18 +569,144 @@ def test_the_switch_interval_is_lowered_while_dispatchers_run(fake: StandinGym, 
     assert sys.getswitchinterval() == before
 
 
-def test_close_shuts_the_event_loop_and_its_thread(fake: StandinGym, tmp_path: Path) -> None:
+@both_loops
+def test_close_shuts_the_event_loop_and_its_thread(fake: StandinGym, tmp_path: Path, inline: bool) -> None:
     """An unclosed loop keeps its selector's descriptors (a ResourceWarning on Python 3.10)."""
     specs = make_specs(tmp_path, 3)
-    dispatcher = make_dispatcher(fake, concurrency=2)
+    dispatcher = make_dispatcher(fake, inline=inline, concurrency=2)
     dispatcher.plan(specs[:2])
     assert dispatcher.result(specs[0]).reward == 1.0
     dispatcher.close()
     assert dispatcher._loop.is_closed()
-    assert not dispatcher._thread.is_alive()
+    assert (dispatcher._thread is None) == inline
+    assert dispatcher._thread is None or not dispatcher._thread.is_alive()
     dispatcher.close()  # a second close (the session's end after a crash path) is harmless
     with pytest.raises(concurrent.futures.CancelledError):  # not "RuntimeError: Event loop is closed"
         dispatcher.result(specs[2])
+
+
+# -- one process: the loop on pytest's thread --------------------------------------------------
+
+
+def test_in_one_process_the_loop_runs_on_pytests_thread_and_under_xdist_on_its_own(
+    fake: StandinGym, tmp_path: Path
+) -> None:
+    specs = make_specs(tmp_path, 8)
+    before = sys.getswitchinterval()
+    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.base_url + "/run"})
+    alone = Dispatcher(endpoint, concurrency=4, trial_timeout=30, default_agent=None)
+    recorded: list[str] = []
+    alone.recorders.append(lambda batch: recorded.extend(threading.current_thread().name for _ in batch))
+    alone.plan(specs)
+    try:
+        assert [alone.result(spec).reward for spec in specs] == [1.0] * 8
+        assert "pytest-gym-dispatch" not in [thread.name for thread in threading.enumerate()]
+        assert sys.getswitchinterval() == before  # no second thread to hand the interpreter lock to
+    finally:
+        alone.close()
+    assert alone.inline
+    assert recorded == [threading.current_thread().name] * 8
+    worker = Dispatcher(
+        endpoint, concurrency=4, trial_timeout=30, default_agent=None, claims=BoardClaims(ClaimBoard(tmp_path / "b"))
+    )
+    try:
+        assert not worker.inline
+        assert "pytest-gym-dispatch" in [thread.name for thread in threading.enumerate()]
+    finally:
+        worker.close()
+
+
+def test_inline_asking_for_a_finished_result_lets_the_loop_send_the_next_requests(
+    fake: StandinGym, tmp_path: Path
+) -> None:
+    """Without that pass, rollouts pytest reaches finished would start the next ones only when pytest next waits:
+    the slots would stay idle while pytest works through what finished."""
+    specs = make_specs(tmp_path, 6)
+    dispatcher = make_dispatcher(fake, inline=True, concurrency=4, lookahead=2)
+    dispatcher.plan(specs)
+    try:
+        assert dispatcher.result(specs[0]).ok  # the loop ran until it was done: trials 0 to 2 went out
+        wait_for(lambda: len(runs(fake)) == 3)
+        time.sleep(0.1)  # their answers are in; the loop does not run while pytest does not ask
+        assert len(runs(fake)) == 3
+        assert dispatcher.result(specs[1]).ok  # done already: passes of the loop wake the feeder, which starts 3
+        wait_for(lambda: len(runs(fake)) == 4, timeout=5)  # sent before pytest asks for it
+        assert sorted(runs(fake)) == [(i, 0) for i in range(4)]
+    finally:
+        dispatcher.close()
+
+
+def test_inline_stop_cancels_what_is_in_flight_and_starts_nothing(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 5.0
+    specs = make_specs(tmp_path, 10)
+    dispatcher = make_dispatcher(fake, inline=True, concurrency=4, lookahead=2)
+    recorded: list[str] = []
+    dispatcher.recorders.append(lambda batch: recorded.extend(o.nodeid for o in batch))
+    dispatcher.plan(specs)
+    with pytest.raises(concurrent.futures.TimeoutError):
+        dispatcher.result(specs[0], timeout=0.5)  # the loop ran meanwhile: it and the 2 after it went out
+    assert len(runs(fake)) == 3
+    started = time.monotonic()
+    dispatcher.stop()
+    assert time.monotonic() - started < 3
+    assert dispatcher.result(specs[0]).error_class == "cancelled"
+    with pytest.raises(concurrent.futures.CancelledError):
+        dispatcher.result(specs[5])
+    dispatcher.close()
+    assert len(runs(fake)) == 3
+    assert recorded == []  # a cancelled rollout is no record
+
+
+def test_inline_an_answer_that_came_while_pytest_ran_other_tests_is_not_a_timeout(
+    fake: StandinGym, tmp_path: Path
+) -> None:
+    """The loop does not run while pytest runs a test of another kind: a rollout's timer falls due meanwhile
+    although Gym answered in time. The answer already in the socket is read before the timer may end it."""
+    fake.latency_s = 0.2
+    specs = make_specs(tmp_path, 3)
+    endpoint = GymEndpoint(head_url="http://127.0.0.1:1", servers=[], run_routes={"agent": fake.base_url + "/run"})
+    dispatcher = Dispatcher(endpoint, concurrency=3, trial_timeout=1.0, default_agent=None, inline=True)
+    dispatcher.plan(specs)
+    try:
+        assert dispatcher.result(specs[0]).ok  # trials 1 and 2 went out with it, and were answered with it
+        time.sleep(2.0)  # a slow test of another kind: their timers fall due meanwhile
+        assert [dispatcher.result(spec).error for spec in specs[1:]] == [None, None]
+    finally:
+        dispatcher.close()
+    fake.latency_s = 3.0  # and a Gym that does not answer still times out, about a second late at most
+    (tmp_path / "late").mkdir()
+    late = make_specs(tmp_path / "late", 1)
+    dispatcher = Dispatcher(endpoint, concurrency=1, trial_timeout=0.5, default_agent=None, inline=True)
+    dispatcher.plan(late)
+    started = time.monotonic()
+    try:
+        assert dispatcher.result(late[0]).error_class == "timeout"
+    finally:
+        dispatcher.close()
+    assert time.monotonic() - started < 2.5
+
+
+def test_inline_an_interrupt_inside_the_loop_leaves_it_able_to_stop_and_close(fake: StandinGym, tmp_path: Path) -> None:
+    """Ctrl-C (and SIGTERM, which pytest-gym turns into it) arrives on pytest's thread, which may be running the
+    loop at that moment: the session's end must still cancel, record and close."""
+    specs = make_specs(tmp_path, 20)
+    dispatcher = make_dispatcher(fake, inline=True, concurrency=2)
+    interrupted: list[str] = []
+
+    def listener(outcome: TrialOutcome) -> None:
+        if not interrupted:
+            interrupted.append(outcome.nodeid)
+            raise KeyboardInterrupt
+
+    dispatcher.listeners.append(listener)
+    dispatcher.plan(specs)
+    with pytest.raises(KeyboardInterrupt):
+        dispatcher.result(specs[0])
+    dispatcher.stop()
+    dispatcher.close()
+    assert dispatcher._loop.is_closed()
+    with pytest.raises(concurrent.futures.CancelledError):
+        dispatcher.result(specs[-1])  # never started
 
 
 # -- a trial refused by the process that reports it is run by nobody ------------------------
