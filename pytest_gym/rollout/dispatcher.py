@@ -33,7 +33,10 @@ Why the loop runs on pytest's thread in one process: two threads share one inter
 thread took it from a busy pytest thread and handed it back at every system call, about eight context switches a
 trial. On pytest's thread the same work costs no switch at all; rollouts in flight still progress whenever pytest
 waits for a result, which against a slow Gym is most of the time, and each request for a result first lets the loop
-send what is due (one pass of the loop that does not block).
+send what is due (a few passes of the loop that do not block). When pytest's thread stays away longer than
+``AWAY_S`` with rollouts in flight (it runs tests of another kind, or a slow hook), a relay thread runs the loop until
+it comes back: answers are read when they come, so their latency and timeouts stay true, and prefetching goes on.
+One lock says which thread runs the loop; pytest's thread takes it back by stopping the relay's run.
 
 ``stop()`` (after ``-x``, ``--maxfail``, Ctrl-C) starts nothing new and cancels
 what is in flight. ``close()`` at the end of the session lets the rollouts in
@@ -50,7 +53,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, TypeVar
 
 from pytest_gym.core.access import GymAccess
@@ -97,6 +100,11 @@ def _fast_switching(on: bool) -> None:
 
 #: Passes of the loop, at most, when pytest asks for a result that is done already (inline).
 _PASSES = 6
+#: Inline: seconds pytest's thread may stay away with rollouts in flight before the relay runs the loop (pytest's
+#: own work between two trials takes a few milliseconds: the relay stays idle then).
+AWAY_S = 0.05
+#: Seconds pytest's thread waits for the relay to give the loop back (it stops after the current pass).
+_TAKE_BACK_S = 60.0
 
 #: Seconds a finished rollout waits for pytest's thread to record it before the loop records it itself.
 RECORD_WITHIN_S = 0.05
@@ -235,6 +243,12 @@ class Dispatcher:
             _fast_switching(True)
         self._loop = asyncio.new_event_loop()
         self._thread: threading.Thread | None = None
+        #: Inline: held by the thread that runs the loop (pytest's, or the relay while pytest's is away).
+        self._owner = threading.RLock()
+        self._depth = 0  # pytest's thread's nesting of ``_driving``
+        self._left_at = time.monotonic()
+        self._relay_stop = threading.Event()
+        self._relay: threading.Thread | None = None
         if not self.inline:
             self._thread = threading.Thread(target=self._loop.run_forever, name="pytest-gym-dispatch", daemon=True)
             self._thread.start()
@@ -270,13 +284,53 @@ class Dispatcher:
     def _call(self, coro: Coroutine[Any, Any, _T], timeout: float | None = None) -> _T:
         """Run ``coro`` on the loop and wait for its result, from pytest's thread."""
         if self.inline:
-            return self._loop.run_until_complete(asyncio.wait_for(coro, timeout) if timeout is not None else coro)
+            with self._driving():
+                return self._loop.run_until_complete(asyncio.wait_for(coro, timeout) if timeout is not None else coro)
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    @contextlib.contextmanager
+    def _driving(self) -> Iterator[None]:
+        """Inline: the loop is pytest's thread's within; taken back from the relay if it runs it."""
+        self._depth += 1
+        try:
+            if not self._owner.acquire(blocking=False):
+                self._loop.call_soon_threadsafe(self._loop.stop)  # the relay's run ends after its current pass
+                if not self._owner.acquire(timeout=_TAKE_BACK_S):
+                    raise RuntimeError(f"pytest-gym: the rollout relay kept the event loop for {_TAKE_BACK_S:g} s")
+            try:
+                yield
+            finally:
+                self._owner.release()
+        finally:
+            self._depth -= 1
+            self._left_at = time.monotonic()
+
+    def _has_work(self) -> bool:
+        """Rollouts in flight, callbacks ready (a slot given back: the feeder starts the next), records due."""
+        return self._slots.in_use > 0 or bool(getattr(self._loop, "_ready", None)) or bool(self._unrecorded)
+
+    def _relay_loop(self) -> None:
+        """Inline: run the loop while pytest's thread is away with rollouts in flight; until the dispatcher closes."""
+        while not self._relay_stop.wait(AWAY_S):
+            if self._depth or not self._has_work() or time.monotonic() - self._left_at < AWAY_S:
+                continue
+            if not self._owner.acquire(blocking=False):
+                continue
+            try:
+                if self._loop.is_closed():
+                    continue
+                # Run even when pytest's thread came back meanwhile: it then asked this run to stop (and a stop
+                # left unconsumed would end its own next run early).
+                self.counts["relayed"] += 1
+                self._loop.run_forever()  # until pytest's thread stops it to take the loop back
+            finally:
+                self._owner.release()
 
     def _submit(self, coro: Coroutine[Any, Any, None]) -> asyncio.Future[None] | concurrent.futures.Future[None]:
         """Start ``coro`` on the loop without waiting for it."""
         if self.inline:
-            return self._loop.create_task(coro)
+            with self._driving():
+                return self._loop.create_task(coro)
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def _pump(self, until: concurrent.futures.Future[TrialOutcome] | None = None, timeout: float | None = None) -> None:
@@ -285,6 +339,11 @@ class Dispatcher:
         loop = self._loop
         if loop.is_closed():
             return  # closed: nothing runs any more (a result waited for after the end of the session)
+        with self._driving():
+            self._run_until(until, timeout)
+
+    def _run_until(self, until: concurrent.futures.Future[TrialOutcome] | None, timeout: float | None) -> None:
+        loop = self._loop
         if until is None or until.done():
             # A few passes, while each leaves work ready: a wake-up of the feeder, its start of a rollout and that
             # rollout's request each take one.
@@ -324,6 +383,9 @@ class Dispatcher:
             self._feeder = self._submit(self._feed())
             if self._health.watches:
                 self._watchdog = self._submit(self._health.watch())
+            if self.inline and self._relay is None:
+                self._relay = threading.Thread(target=self._relay_loop, name="pytest-gym-relay", daemon=True)
+                self._relay.start()
 
     def result(self, spec: TrialSpec, timeout: float | None = None) -> TrialOutcome:
         """Block until this trial's rollout is done, starting it now if nobody has.
@@ -353,6 +415,12 @@ class Dispatcher:
             except (concurrent.futures.TimeoutError, asyncio.TimeoutError):
                 self.problems.append("rollouts still running at the end of the session were cancelled")
         self.stop()
+        self._relay_stop.set()
+        if self._relay is not None:
+            if self._alive():
+                with self._driving():  # takes the loop back if the relay runs it: it then sees the stop and ends
+                    pass
+            self._relay.join(timeout=10)
         if self._alive():
             self._call(self._aclose(), timeout=10)
             if self._thread is not None:
@@ -532,10 +600,7 @@ class Dispatcher:
             self._position = index + 1
             if self._feeder_waiting and self._position >= self._wake_at:
                 self._wake_at = sys.maxsize  # one wake-up per wait: the feeder sets the next mark when it waits again
-                if self.inline:
-                    self._loop.call_soon(self._wake)
-                else:
-                    self._loop.call_soon_threadsafe(self._wake)
+                self._loop.call_soon_threadsafe(self._wake)  # inline too: the relay may be running the loop
 
     # -- the loop thread -----------------------------------------------------------------
 
