@@ -334,8 +334,8 @@ class Dispatcher:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def _pump(self, until: concurrent.futures.Future[TrialOutcome] | None = None, timeout: float | None = None) -> None:
-        """Inline: run the loop until ``until`` is done or ``timeout`` passed; without ``until``, one pass that does
-        not block (what arrived is read, what is due is sent)."""
+        """Inline: run the loop until ``until`` is done or ``timeout`` passed; when it is done already (or None), a few
+        passes that do not block (what arrived is read, what is due is sent)."""
         loop = self._loop
         if loop.is_closed():
             return  # closed: nothing runs any more (a result waited for after the end of the session)
@@ -551,7 +551,7 @@ class Dispatcher:
     def _wait_recording(self, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> None:
         """Until ``future`` is done (or ``timeout``), record what finishes meanwhile; then what finished before it."""
         if self.inline:
-            self._pump(future, timeout)  # one pass when it is done already: the next rollouts go out
+            self._pump(future, timeout)  # a few passes when it is done already: the next rollouts go out
             self.record_pending()
             return
         deadline = None if timeout is None else time.monotonic() + timeout
