@@ -313,12 +313,8 @@ def test_nothing_is_dispatched_without_a_plan_or_a_request(fake: StandinGym, tmp
     assert runs(fake) == [(1, 0)]
 
 
-def test_stop_cancels_in_flight_and_starts_nothing(fake: StandinGym, tmp_path: Path) -> None:
-    fake.latency_s = 5.0
-    specs = make_specs(tmp_path, 10)
-    dispatcher = make_dispatcher(fake, concurrency=2)
-    dispatcher.plan(specs)
-    wait_for(lambda: len(runs(fake)) == 2)
+def stop_cancels_and_starts_nothing(dispatcher: Dispatcher, specs: Sequence[TrialSpec]) -> None:
+    """``stop()`` returns at once; trial 0, in flight, ends cancelled; trial 5 never starts; then ``close()``."""
     started = time.monotonic()
     dispatcher.stop()
     assert time.monotonic() - started < 3
@@ -326,6 +322,15 @@ def test_stop_cancels_in_flight_and_starts_nothing(fake: StandinGym, tmp_path: P
     with pytest.raises(concurrent.futures.CancelledError):
         dispatcher.result(specs[5])
     dispatcher.close()
+
+
+def test_stop_cancels_in_flight_and_starts_nothing(fake: StandinGym, tmp_path: Path) -> None:
+    fake.latency_s = 5.0
+    specs = make_specs(tmp_path, 10)
+    dispatcher = make_dispatcher(fake, concurrency=2)
+    dispatcher.plan(specs)
+    wait_for(lambda: len(runs(fake)) == 2)
+    stop_cancels_and_starts_nothing(dispatcher, specs)
     assert len(runs(fake)) == 2
 
 
@@ -646,13 +651,7 @@ def test_inline_stop_cancels_what_is_in_flight_and_starts_nothing(fake: StandinG
     with pytest.raises(concurrent.futures.TimeoutError):
         dispatcher.result(specs[0], timeout=0.5)  # the loop ran meanwhile: it and the 2 after it went out
     assert len(runs(fake)) == 3
-    started = time.monotonic()
-    dispatcher.stop()
-    assert time.monotonic() - started < 3
-    assert dispatcher.result(specs[0]).error_class == "cancelled"
-    with pytest.raises(concurrent.futures.CancelledError):
-        dispatcher.result(specs[5])
-    dispatcher.close()
+    stop_cancels_and_starts_nothing(dispatcher, specs)
     assert len(runs(fake)) == 3
     assert recorded == []  # a cancelled rollout is no record
 
