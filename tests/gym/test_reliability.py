@@ -81,19 +81,21 @@ def test_policy_hanging_past_the_trial_timeout_is_a_timeout_error(
 def test_resume_reruns_only_what_did_not_finish(
     pytester: pytest.Pytester, example: Path, gym: RealGym, xdist: tuple[str, ...]
 ) -> None:
-    # One rollout at a time, each 0.5 s: the first failure stops the run (-x) long before the tenth rollout ends.
-    # At 0.15 s a busy CI machine once let all ten finish before either worker's first trial reported.
-    gym.script(latency_ms=500)
+    # One rollout at a time, each 1 s, 50 trials: the first failure stops the run (-x) long before the last
+    # rollout ends. Under xdist a worker prefetches from its start, before the controller hands it any item: a
+    # busy CI machine once let all ten trials of 2 repeats (0.5 s each) finish before either worker's first trial
+    # reported. Finishing all 50 here takes 50 s of such skew.
+    gym.script(latency_ms=1000)
     first = pytester.runpytest(
-        *attach(gym, "--gym-repeats", "2", "--gym-run-dir", "run1", "--gym-concurrency", "1"), "-x", *xdist
+        *attach(gym, "--gym-repeats", "10", "--gym-run-dir", "run1", "--gym-concurrency", "1"), "-x", *xdist
     )
     assert first.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)  # xdist: "interrupted"
     finished = len((pytester.path / "run1" / "rollouts.jsonl").read_text().splitlines())
-    assert 1 <= finished < 10
+    assert 1 <= finished < 50
     gym.script(latency_ms=0, reset_stats=True)
-    again = pytester.runpytest(*attach(gym, "--gym-repeats", "2", "--gym-resume", "run1"), *xdist)
-    again.assert_outcomes(passed=4, failed=6)
-    assert gym.policy_calls() == 10 - finished
+    again = pytester.runpytest(*attach(gym, "--gym-repeats", "10", "--gym-resume", "run1"), *xdist)
+    again.assert_outcomes(passed=20, failed=30)
+    assert gym.policy_calls() == 50 - finished
 
 
 def test_resume_with_other_settings_reuses_nothing_and_says_why(
