@@ -86,8 +86,10 @@ def test_collect_only_dispatches_nothing(
 def test_exitfirst_starts_no_new_rollouts_and_cancels_those_in_flight(
     pytester: pytest.Pytester, example: Path, gym: RealGym, mode: tuple[str, ...]
 ) -> None:
-    gym.script(latency_ms=300)
-    # 40 trials; the very first one fails (row 1 expects B, the policy answers E).
+    # 40 trials of 1 s each; the very first one fails (row 1 expects B, the policy answers E). Under xdist a worker
+    # prefetches from its start, before the controller hands it items: 1 s (not 0.3 s) per rollout leaves room for
+    # the other worker starting up to 2 s later on a busy machine without a third wave of rollouts.
+    gym.script(latency_ms=1000)
     result = pytester.runpytest(*attach(gym, "--gym-repeats", "8", "--gym-concurrency", "4"), "-x", *mode)
     # xdist reports a run it stopped after -x as interrupted.
     assert result.ret == (pytest.ExitCode.INTERRUPTED if mode == ("-n", "2") else pytest.ExitCode.TESTS_FAILED)
