@@ -114,7 +114,9 @@ def test_concurrency_bounds_the_whole_run(
     seen = stats(gym)
     assert seen["calls"] == 15
     assert seen["max_in_flight"] <= 4
-    assert seen["max_in_flight"] >= 3  # the budget is used, not just respected
+    # The budget is used, not just respected. Under -n 2 each worker has 2 slots, and a worker that starts seconds
+    # after the other on a busy machine may find every trial taken: only one worker's 2 are sure to be in use.
+    assert seen["max_in_flight"] >= (2 if mode else 3)
     # 15 trials: 4 rounds of 300 ms when 4 run at once (both workers busy: at least 3 at once with -n 2,
     # where each has 2 slots); one at a time the rollouts alone would take 4.5 s.
     if not mode:
