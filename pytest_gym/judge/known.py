@@ -23,6 +23,8 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_gym.core.numbers import is_int
+
 if TYPE_CHECKING:
     from pytest_gym.judge.stats import SuiteStats
     from pytest_gym.judge.summary import KnownFailuresSummary, KnownTask
@@ -157,7 +159,7 @@ def known_summary(found: SuiteKnown, stats: SuiteStats, lines: dict[str, int]) -
 
 
 def _task(value: Any, path: Path, line: int) -> str:
-    if isinstance(value, int) and not isinstance(value, bool):
+    if is_int(value):
         value = str(value)  # an all-digit prefix reads as a number
     if not isinstance(value, str) or not value.strip():
         raise KnownFailuresError(path, line, f"'task' must be a task hash prefix or a node id; {_FIX}")

@@ -32,6 +32,7 @@ from typing import Any, Literal
 from urllib.parse import quote, urlsplit
 
 from pytest_gym.core.masking import MAX_MESSAGE, add_secret, clean_text
+from pytest_gym.core.numbers import is_int
 
 Platform = Literal["github", "gitlab"]
 #: Comments read to find the marker: pages of 100, at most this many pages.
@@ -85,7 +86,7 @@ def _token(env: Mapping[str, str], name: str, how: str) -> str:
 
 
 def _number(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if is_int(value) and value > 0 else None
 
 
 def _github_pr(env: Mapping[str, str]) -> int | None:
@@ -235,7 +236,7 @@ def _comment_id(items: Any, marker: str) -> int | None:
     for item in items if isinstance(items, list) else []:
         if isinstance(item, dict) and isinstance(item.get("body"), str) and marker in item["body"]:
             found = item.get("id")
-            if isinstance(found, int) and not isinstance(found, bool):
+            if is_int(found):
                 return found
     return None
 

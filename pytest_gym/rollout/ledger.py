@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_gym.core.jsonl import AppendedLines
+from pytest_gym.core.numbers import is_number
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.layout import LEDGER_FILE
 
@@ -117,7 +118,7 @@ class Ledger:
             entry = json.loads(line)
             suite, task, repeat = str(entry["s"]), str(entry["t"]), int(entry["r"])
             value = entry.get("v")
-            reward = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+            reward = float(value) if is_number(value) else None
             usage = {str(k): int(v) for k, v in (entry.get("u") or {}).items() if isinstance(v, int)}
             repeats = self.results.setdefault((suite, task), {})
             if repeat in repeats:
