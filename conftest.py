@@ -22,6 +22,7 @@ from tests.helpers.browser import CHROMEDRIVER, CHROMIUM, need_browser
 from tests.helpers.inner_runs import INNER_RUN_OPTIONS
 from tests.helpers.paths import EXAMPLE
 from tests.helpers.standin import RawServer
+from tests.helpers.worker_shares import worker_order
 
 
 def _import_the_whole_plugin() -> None:
@@ -111,20 +112,16 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The real-Gym tests run first and together (in one process: all of them; under xdist: each worker's share
-    starts with its part), so the Ray cluster and the Gyms they share (tests/gym/conftest.py, scoped to that
-    folder) start once per process and stop as soon as its last real-Gym test is done, not idle (about 2-4% of a
-    core each) through the rest of the run.
+    """The real-Gym tests run first and together (in one process: all of them; under xdist: the shares of at
+    most two workers start with them), so the Ray cluster and the Gyms they share (tests/gym/conftest.py,
+    scoped to that folder) start once per process and stop as soon as its last real-Gym test is done, not idle
+    (about 2-4% of a core each) through the rest of the run. A file's real-Gym tests mostly run in one worker
+    (sorted by file, shuffled within each), so the Gyms it keeps (``kept_pool``) serve its other tests.
 
-    Under xdist, each worker's share starts with its part of the real-Gym tests (tens of seconds each) and
-    ends with the short ones, in the order pytest-randomly chose within each kind. The real-Gym tests go in
-    contiguous shares sorted by file (shuffled within each): a file's tests mostly run in one worker, so the
-    Gyms it keeps (tests/gym/conftest.py's ``kept_pool``) serve its other tests with the same settings.
-
-    ``--dist worksteal`` gives worker i the i-th contiguous share of this list and an idle worker steals from
-    the end of a busy one's queue: so the last tests of the run are short, not one Gym test that keeps a
-    worker busy for a minute while the other waits (CI's last minute ran at 1-14% CPU before). Every worker
-    computes the same order from the same shuffled list, as xdist requires."""
+    Every share ends with short tests, in the order pytest-randomly chose: an idle worker steals from the end
+    of a busy one's queue, so the run does not end on one Gym test keeping a worker busy for a minute while the
+    others wait (CI's last minute ran at 1-14% CPU before). tests/helpers/worker_shares.py says why no third
+    worker starts Gyms. Every worker computes the same order from the same shuffled list, as xdist requires."""
     workers = max(1, int(getattr(config, "workerinput", {}).get("workercount", 1)))
     slow: list[pytest.Item] = []
     fast: list[pytest.Item] = []
@@ -133,8 +130,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not slow or not fast:
         return
     slow.sort(key=lambda item: str(item.path))  # stable: pytest-randomly's order within each file
-    ordered: list[pytest.Item] = []
-    for i in range(workers):
-        ordered += slow[len(slow) * i // workers : len(slow) * (i + 1) // workers]
-        ordered += fast[len(fast) * i // workers : len(fast) * (i + 1) // workers]
-    items[:] = ordered
+    items[:] = worker_order(slow, fast, workers)
