@@ -3,11 +3,13 @@
 ``--dist worksteal`` cuts the collected list into one contiguous share per worker, the sizes its scheduler
 makes (``share_sizes``), and an idle worker later steals the second half of the longest queue. The real-Gym
 tests are CPU-bound: each Gym start costs about 20 s of CPU across five processes. On two cores, three
-workers starting Gyms at once took tests/gym 681 s instead of 468 s with two; the short tests mostly wait on
-sockets, subprocesses and timers, and three workers ran tests/unit and tests/session in 152 s instead of
-199 s. So the real-Gym tests go to at most ``GYM_WORKERS`` workers, first in their shares (the Gyms they
-share start once per process and stop after its last real-Gym test), and every share ends with short tests,
-which is what an idle worker steals.
+workers starting Gyms at once took tests/gym 681 s instead of 468 s with two. So the real-Gym tests go to at
+most ``GYM_WORKERS`` workers, first in their shares (the Gyms they share start once per process and stop after
+its last real-Gym test), and every share ends with short tests, which is what an idle worker steals.
+
+Alone, three workers ran tests/unit and tests/session in 152 s instead of 199 s (they mostly wait on sockets,
+subprocesses and timers); in CI, where the oldest setup's leg already fills that idle time, a third worker
+gained nothing (scripts/test.sh), so CI runs two.
 """
 
 from __future__ import annotations
