@@ -24,7 +24,8 @@ echo "test order: ${ORDER[*]:-as in the files}"
 
 # Test processes: 2 (TEST_WORKERS=N to change). CI's run is CPU-bound as a whole: the real-Gym tests are mostly
 # Gym starting, and the oldest setup's leg fills what the short tests leave idle. A third worker ran the main
-# run no faster in a fresh-clone CI (855 s vs 851 s) and the oldest leg beside it took 793 s instead of 345 s.
+# run no faster in a fresh-clone CI (855 s; with two: 851 s and 879 s), and the oldest leg beside it took
+# 793 s instead of 345 s.
 # worksteal: a worker that runs out of tests takes some from another's (a few real-Gym tests take minutes).
 WORKERS=(-n "${TEST_WORKERS:-2}" --dist worksteal)
 for arg in "$@"; do

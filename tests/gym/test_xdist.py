@@ -105,7 +105,7 @@ def test_exitfirst_starts_no_new_rollouts_and_cancels_those_in_flight(
 def test_concurrency_bounds_the_whole_run(
     pytester: pytest.Pytester, example: Path, gym: RealGym, mode: tuple[str, ...]
 ) -> None:
-    """15 trials at 300 ms with C=4: four rounds (about 1.2 s), never more than 4 at once, also with -n 2."""
+    """15 trials with C=4, never more than 4 at once: at 300 ms four rounds (about 1.2 s); with -n 2 at 1 s."""
     # Under -n 2 a worker prefetches from its start, before the controller hands it items: at 1 s a rollout, the
     # first worker's 2 slots take 8 s for all 15, room for the other worker starting seconds later to join in.
     gym.script(latency_ms=1000 if mode else 300)
