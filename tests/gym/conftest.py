@@ -48,12 +48,15 @@ def gym_cli() -> str:
     return need_gym()
 
 
-#: Starts a Ray cluster (no dashboard: nothing reads it), writes its address, holds it until SIGINT.
+#: Starts a Ray cluster, writes its address, holds it until SIGINT. Lean, for it idles through a test process's
+#: whole real-Gym phase (the servers these tests start never schedule Ray work): no dashboard (nothing reads it),
+#: no CPUs (Ray prestarts no idle workers for them), and with ``RAY_LEAN`` no metrics, event or usage reporting.
+#: Measured idle: 1.7 CPU-s a minute instead of 3.6 (a test process holds one for 8-13 minutes in CI).
 RAY_HOLDER = """
 import sys, time
 from pathlib import Path
 import ray
-ray.init(include_dashboard=False)
+ray.init(include_dashboard=False, num_cpus=0)
 Path(sys.argv[1]).write_text(ray.get_runtime_context().gcs_address)
 try:
     time.sleep(24 * 3600)
@@ -62,12 +65,16 @@ except KeyboardInterrupt:
 """
 
 
+#: Ray's own switches for what nobody reads here: metrics, event statistics, usage reports.
+RAY_LEAN = {"RAY_enable_metrics_collection": "0", "RAY_event_stats": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
 @pytest.fixture(scope="package", autouse=True)
 def shared_ray(gym_cli: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Ray cluster for this test process; ``RAY_ADDRESS`` makes every Gym started here join it."""
     folder = tmp_path_factory.mktemp("ray")
     address = folder / "address"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # loopback only: no token files in a home folder
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", **RAY_LEAN}  # loopback only: no token files in a home folder
     env.pop("RAY_ADDRESS", None)
     holder = spawn_supervised(
         "ray", [str(Path(gym_cli).parent / "python"), "-c", RAY_HOLDER, str(address)], folder, folder / "ray.log",
