@@ -1,5 +1,5 @@
 """.ci/run: a failed install ends CI at once, and stops every process the other jobs started; the main run stays
-in CI's own process group.
+in CI's own process group; the oldest setup's leg runs with a small CPU share, in a cgroup removed at the end.
 
 The script runs from a scratch folder beside stand-in install scripts. In the first test the browser install
 fails, while the Python 3.10 leg has started a long ``sleep`` of its own (a grandchild of CI, as pytest is of
@@ -42,6 +42,21 @@ def _ci_folder(tmp_path: Path, stubs: dict[str, str]) -> Path:
     return tmp_path / ".ci" / "run"
 
 
+#: Where .ci/run puts the oldest setup's leg: a cgroup of cgroup v1's cpu controller, where this machine has one.
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
+
+
+def _run_ci(ci: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """Runs CI (bounded); its result and the cgroup it would give the oldest setup's leg (named by CI's pid)."""
+    with subprocess.Popen(["bash", str(ci)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as p:
+        try:
+            out, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err), CPU_CGROUPS / f"pytest-gym-ci-{p.pid}"
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -59,7 +74,7 @@ def test_a_failed_install_stops_the_other_jobs_and_what_they_started(tmp_path: P
     pids.mkdir()
     env = {**os.environ, "STUB_PIDS": str(pids), "TMPDIR": str(tmp_path)}  # CI's log folder (mktemp -d) too
     started = time.monotonic()
-    done = subprocess.run(["bash", str(ci)], capture_output=True, text=True, timeout=60, env=env, check=False)
+    done, cgroup = _run_ci(ci, env)
     leg_sleep = int((pids / "leg-sleep").read_text(encoding="utf-8"))
     try:
         assert done.returncode == 1, done.stdout + done.stderr
@@ -70,6 +85,7 @@ def test_a_failed_install_stops_the_other_jobs_and_what_they_started(tmp_path: P
         while _alive(leg_sleep) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(leg_sleep), "the Python 3.10 leg's process outlived CI"
+        assert not cgroup.exists(), "CI left the leg's cgroup behind"
     finally:
         if _alive(leg_sleep):
             os.kill(leg_sleep, signal.SIGKILL)
@@ -94,3 +110,38 @@ def test_the_main_run_stays_in_cis_process_group_and_the_oldest_setup_leg_has_it
     leg_group, _ = (int(g) for g in (groups / "leg").read_text(encoding="utf-8").split())
     assert main_group == ci_group, "the main run left CI's process group"
     assert leg_group not in (ci_group, main_group), "the oldest-setup leg shares CI's process group"
+
+
+def test_the_oldest_setup_leg_runs_with_a_small_cpu_share_and_its_cgroup_is_removed(tmp_path: Path) -> None:
+    """Its own cgroup with 128 of the default 1024 shares, where CI may make one (nice alone counts only within a
+    session's autogroup, and every Gym is a session of its own); else nice 10 and a line that says so."""
+    if not (shutil.which("unshare") and shutil.which("ip")):
+        pytest.skip(".ci/run would install util-linux and iproute2 first")
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    which = '$([ "${1:-}" = --pythons ] && echo leg || echo main)'
+    record = (
+        f'grep -E "^[0-9]+:cpu(,|:)" /proc/self/cgroup | cut -d: -f3 > "$STUB_SEEN/{which}.cgroup"\n'
+        f'ps -o ni= $$ > "$STUB_SEEN/{which}.nice"\n'
+        f'c=/sys/fs/cgroup/cpu$(cat "$STUB_SEEN/{which}.cgroup")\n'
+        f'[ -f "$c/cpu.shares" ] && cat "$c/cpu.shares" > "$STUB_SEEN/{which}.shares"\n'
+        "true\n"
+    )
+    ci = _ci_folder(
+        tmp_path,
+        {"ensure-uv.sh": "echo uv\n", "install-browser.sh": "true\n", "setup-dev.sh": "true\n", "test.sh": record},
+    )
+    env = {**os.environ, "STUB_SEEN": str(seen), "TMPDIR": str(tmp_path)}
+    done, cgroup = _run_ci(ci, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert int((seen / "leg.nice").read_text(encoding="utf-8")) == 10
+    assert int((seen / "main.nice").read_text(encoding="utf-8")) == 0
+    leg_cgroup = (seen / "leg.cgroup").read_text(encoding="utf-8").strip()
+    main_cgroup = (seen / "main.cgroup").read_text(encoding="utf-8").strip()
+    if "no cgroup for the oldest setup's leg" in done.stdout:
+        assert leg_cgroup == main_cgroup
+    else:
+        assert leg_cgroup == f"/{cgroup.name}", leg_cgroup
+        assert main_cgroup != leg_cgroup
+        assert (seen / "leg.shares").read_text(encoding="utf-8").strip() == "128"
+    assert not cgroup.exists(), "CI left the leg's cgroup behind"
