@@ -113,7 +113,7 @@ def test_the_main_run_stays_in_cis_process_group_and_the_oldest_setup_leg_has_it
 
 
 def test_the_oldest_setup_leg_runs_with_a_small_cpu_share_and_its_cgroup_is_removed(tmp_path: Path) -> None:
-    """Its own cgroup with 128 of the default 1024 shares, where CI may make one (nice alone counts only within a
+    """Its own cgroup with 256 of the default 1024 shares, where CI may make one (nice alone counts only within a
     session's autogroup, and every Gym is a session of its own); else nice 10 and a line that says so."""
     if not (shutil.which("unshare") and shutil.which("ip")):
         pytest.skip(".ci/run would install util-linux and iproute2 first")
@@ -144,5 +144,5 @@ def test_the_oldest_setup_leg_runs_with_a_small_cpu_share_and_its_cgroup_is_remo
     else:
         assert leg_cgroup == f"/{cgroup.name}", leg_cgroup
         assert main_cgroup != leg_cgroup
-        assert (seen / "leg.shares").read_text(encoding="utf-8").strip() == "128"
+        assert (seen / "leg.shares").read_text(encoding="utf-8").strip() == "256"
     assert not cgroup.exists(), "CI left the leg's cgroup behind"
