@@ -91,58 +91,65 @@ def test_a_failed_install_stops_the_other_jobs_and_what_they_started(tmp_path: P
             os.kill(leg_sleep, signal.SIGKILL)
 
 
-def test_the_main_run_stays_in_cis_process_group_and_the_oldest_setup_leg_has_its_own(tmp_path: Path) -> None:
-    """Stopping CI's process group (a runner's timeout) stops the main run; the exit trap stops the legs."""
+#: The stand-in test.sh of a passing CI: what each run (``leg``: ``--pythons``; else ``main``) is given, in
+#: ``$STUB_SEEN/<run>.*``: its process group and its parent's, its cpu cgroup, that cgroup's shares, its nice value.
+RECORDER = (
+    'which=$([ "${1:-}" = --pythons ] && echo leg || echo main)\n'
+    'echo "$(ps -o pgid= $$) $(ps -o pgid= $PPID)" > "$STUB_SEEN/$which.groups"\n'
+    'grep -E "^[0-9]+:cpu(,|:)" /proc/self/cgroup | cut -d: -f3 > "$STUB_SEEN/$which.cgroup"\n'
+    'c=/sys/fs/cgroup/cpu$(cat "$STUB_SEEN/$which.cgroup")\n'
+    '[ -f "$c/cpu.shares" ] && cat "$c/cpu.shares" > "$STUB_SEEN/$which.shares"\n'
+    'ps -o ni= $$ > "$STUB_SEEN/$which.nice"\n'
+)
+
+
+@pytest.fixture(scope="module")
+def recorded_ci(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+    """One passing CI with every install a stand-in and ``RECORDER`` as test.sh: its result, the cgroup it would
+    give the oldest setup's leg, and the folder of what the runs recorded."""
     if not (shutil.which("unshare") and shutil.which("ip")):
         pytest.skip(".ci/run would install util-linux and iproute2 first")
-    groups = tmp_path / "groups"
-    groups.mkdir()
-    which = '$([ "${1:-}" = --pythons ] && echo leg || echo main)'
-    record = f'echo "$(ps -o pgid= $$) $(ps -o pgid= $PPID)" > "$STUB_GROUPS/{which}"\n'
+    tmp_path = tmp_path_factory.mktemp("recorded-ci")
+    seen = tmp_path / "seen"
+    seen.mkdir()
     ci = _ci_folder(
         tmp_path,
-        {"ensure-uv.sh": "echo uv\n", "install-browser.sh": "true\n", "setup-dev.sh": "true\n", "test.sh": record},
+        {"ensure-uv.sh": "echo uv\n", "install-browser.sh": "true\n", "setup-dev.sh": "true\n", "test.sh": RECORDER},
     )
-    env = {**os.environ, "STUB_GROUPS": str(groups), "TMPDIR": str(tmp_path)}
-    done = subprocess.run(["bash", str(ci)], capture_output=True, text=True, timeout=60, env=env, check=False)
+    done, cgroup = _run_ci(ci, {**os.environ, "STUB_SEEN": str(seen), "TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stdout + done.stderr
-    main_group, ci_group = (int(g) for g in (groups / "main").read_text(encoding="utf-8").split())
-    leg_group, _ = (int(g) for g in (groups / "leg").read_text(encoding="utf-8").split())
+    return done, cgroup, seen
+
+
+def _seen(seen: Path, name: str) -> str:
+    return (seen / name).read_text(encoding="utf-8").strip()
+
+
+def test_the_main_run_stays_in_cis_process_group_and_the_oldest_setup_leg_has_its_own(
+    recorded_ci: tuple[subprocess.CompletedProcess[str], Path, Path],
+) -> None:
+    """Stopping CI's process group (a runner's timeout) stops the main run; the exit trap stops the legs."""
+    _, _, seen = recorded_ci
+    main_group, ci_group = (int(g) for g in _seen(seen, "main.groups").split())
+    leg_group, _ = (int(g) for g in _seen(seen, "leg.groups").split())
     assert main_group == ci_group, "the main run left CI's process group"
     assert leg_group not in (ci_group, main_group), "the oldest-setup leg shares CI's process group"
 
 
-def test_the_oldest_setup_leg_runs_with_a_small_cpu_share_and_its_cgroup_is_removed(tmp_path: Path) -> None:
+def test_the_oldest_setup_leg_runs_with_a_small_cpu_share_and_its_cgroup_is_removed(
+    recorded_ci: tuple[subprocess.CompletedProcess[str], Path, Path],
+) -> None:
     """Its own cgroup with 256 of the default 1024 shares, where CI may make one (nice alone counts only within a
     session's autogroup, and every Gym is a session of its own); else nice 10 and a line that says so."""
-    if not (shutil.which("unshare") and shutil.which("ip")):
-        pytest.skip(".ci/run would install util-linux and iproute2 first")
-    seen = tmp_path / "seen"
-    seen.mkdir()
-    which = '$([ "${1:-}" = --pythons ] && echo leg || echo main)'
-    record = (
-        f'grep -E "^[0-9]+:cpu(,|:)" /proc/self/cgroup | cut -d: -f3 > "$STUB_SEEN/{which}.cgroup"\n'
-        f'ps -o ni= $$ > "$STUB_SEEN/{which}.nice"\n'
-        f'c=/sys/fs/cgroup/cpu$(cat "$STUB_SEEN/{which}.cgroup")\n'
-        f'[ -f "$c/cpu.shares" ] && cat "$c/cpu.shares" > "$STUB_SEEN/{which}.shares"\n'
-        "true\n"
-    )
-    ci = _ci_folder(
-        tmp_path,
-        {"ensure-uv.sh": "echo uv\n", "install-browser.sh": "true\n", "setup-dev.sh": "true\n", "test.sh": record},
-    )
-    env = {**os.environ, "STUB_SEEN": str(seen), "TMPDIR": str(tmp_path)}
-    done, cgroup = _run_ci(ci, env)
-    assert done.returncode == 0, done.stdout + done.stderr
+    done, cgroup, seen = recorded_ci
     own = os.nice(0)  # the oldest setup's leg runs this test at nice 10 itself
-    assert int((seen / "main.nice").read_text(encoding="utf-8")) == own
-    assert int((seen / "leg.nice").read_text(encoding="utf-8")) == min(own + 10, 19)
-    leg_cgroup = (seen / "leg.cgroup").read_text(encoding="utf-8").strip()
-    main_cgroup = (seen / "main.cgroup").read_text(encoding="utf-8").strip()
+    assert int(_seen(seen, "main.nice")) == own
+    assert int(_seen(seen, "leg.nice")) == min(own + 10, 19)
+    leg_cgroup, main_cgroup = _seen(seen, "leg.cgroup"), _seen(seen, "main.cgroup")
     if "no cgroup for the oldest setup's leg" in done.stdout:
         assert leg_cgroup == main_cgroup
     else:
         assert leg_cgroup == f"/{cgroup.name}", leg_cgroup
         assert main_cgroup != leg_cgroup
-        assert (seen / "leg.shares").read_text(encoding="utf-8").strip() == "256"
+        assert _seen(seen, "leg.shares") == "256"
     assert not cgroup.exists(), "CI left the leg's cgroup behind"
