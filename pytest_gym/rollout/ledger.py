@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_gym.core.jsonl import AppendedLines
-from pytest_gym.core.numbers import is_number
+from pytest_gym.core.numbers import is_finite_number, is_int
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.layout import LEDGER_FILE
 
@@ -114,12 +114,16 @@ class Ledger:
     def _take(self, line: bytes) -> None:
         if not line or len(line) > _MAX_LINE:
             return
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
+        # A line another program wrote (or a torn one): skipped, never an error in the run that reads it.
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
             entry = json.loads(line)
-            suite, task, repeat = str(entry["s"]), str(entry["t"]), int(entry["r"])
+            suite, task, repeat = str(entry["s"]), str(entry["t"]), entry["r"]
+            if not is_int(repeat) or repeat < 0:
+                return  # not a line this plugin wrote (``true`` or "1" is no repeat index)
             value = entry.get("v")
-            reward = float(value) if is_number(value) else None
-            usage = {str(k): int(v) for k, v in (entry.get("u") or {}).items() if isinstance(v, int)}
+            reward = float(value) if is_finite_number(value) else None
+            # A token count is a whole number >= 0: ``true`` is not one token.
+            usage = {str(k): v for k, v in (entry.get("u") or {}).items() if is_int(v) and v >= 0}
             repeats = self.results.setdefault((suite, task), {})
             if repeat in repeats:
                 return  # one line per trial; a copy changes nothing
