@@ -111,14 +111,16 @@ class ClaimBoard:
         except FileNotFoundError:
             return None, None
         head, newline, rest = data.partition(b"\n")
-        if not newline or not head.isdigit():
+        # A pid has a few digits: a longer head is no claim this plugin wrote (``int`` refuses > 4300 digits).
+        if not newline or not head.isdigit() or len(head) > 20:
             with contextlib.suppress(OSError):
                 if time.time() - os.stat(path).st_mtime > _EMPTY_CLAIM_GRACE_S:
                     return 0, None
             return -1, None
         outcome = None
         if rest.endswith(b"\n"):
-            with contextlib.suppress(ValueError):
+            # A line that is not an outcome this plugin published (an array, an object without its fields): none.
+            with contextlib.suppress(ValueError, TypeError, AttributeError, RecursionError):
                 outcome = TrialOutcome.from_json(json.loads(rest))
         return int(head), outcome
 

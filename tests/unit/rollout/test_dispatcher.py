@@ -177,6 +177,22 @@ def test_a_claim_left_empty_by_a_dead_writer_expires(tmp_path: Path) -> None:
     assert not alive(0)
 
 
+@pytest.mark.parametrize(
+    "line", [b"[]", b"{}", b'{"nodeid": "n"}', b'"text"', b'{"nodeid": "n", "tokens": 5}', b"[" * 100_000]
+)
+def test_a_published_line_that_is_no_outcome_is_none_not_an_error(tmp_path: Path, line: bytes) -> None:
+    """Another program's line in a claim file: the trial has no outcome yet, and the waiter does not crash."""
+    board = ClaimBoard(tmp_path)
+    Path(board._path("n")).write_bytes(b"4242\n" + line + b"\n")
+    assert board.state("n") == (4242, None)
+
+
+def test_a_claim_naming_a_pid_of_thousands_of_digits_is_one_being_written(tmp_path: Path) -> None:
+    board = ClaimBoard(tmp_path)
+    Path(board._path("n")).write_bytes(b"9" * 5000 + b"\n")
+    assert board.claimant("n") == -1
+
+
 # -- one process ---------------------------------------------------------------------------------
 
 
