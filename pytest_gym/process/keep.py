@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.locks import LockTimeout, locked
+from pytest_gym.core.numbers import is_int
 from pytest_gym.core.pids import pid_alive, process_start_time
 from pytest_gym.runfolder.layout import STATE_FILE
 
@@ -32,7 +33,9 @@ def lease_holder(entry: Path) -> dict[str, Any] | None:
     """The live run holding ``entry``'s lease, or None (the lease of a run that is gone is void)."""
     try:
         lease = json.loads((entry / LEASE_FILE).read_text(encoding="utf-8"))
-        if pid_alive(int(lease["pid"]), lease.get("start_time")):
+        pid = lease["pid"]
+        # A pid is a whole number: ``true`` is not pid 1 (init, alive for ever), Infinity no error.
+        if is_int(pid) and pid_alive(pid, lease.get("start_time")):
             return dict(lease)
     except (OSError, ValueError, KeyError, TypeError):
         pass
