@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.locks import held
+from pytest_gym.core.numbers import is_finite_number, is_int
 from pytest_gym.runfolder.layout import CONCURRENCY_LOG, CONCURRENCY_STATE
 
 if TYPE_CHECKING:
@@ -88,12 +89,15 @@ class Aimd:
     @classmethod
     def from_json(cls, data: Any, ceiling: int) -> Aimd:
         try:
-            state = cls(ceiling, float(data["limit"]), int(data["epoch"]), float(data["hold_until"]))
-        except (TypeError, KeyError, ValueError):
+            limit, epoch, hold_until = data["limit"], data["epoch"], data["hold_until"]
+        except (TypeError, KeyError, IndexError):
             return cls(ceiling)
-        if not (1.0 <= state.limit <= ceiling) or not math.isfinite(state.hold_until):
+        # Numbers as this plugin writes them: ``true`` is no limit of 1, an epoch of Infinity no OverflowError.
+        if not (is_finite_number(limit) and is_int(epoch) and is_finite_number(hold_until)):
             return cls(ceiling)
-        return state
+        if not 1.0 <= limit <= ceiling:
+            return cls(ceiling)
+        return cls(ceiling, float(limit), epoch, float(hold_until))
 
 
 @dataclass(frozen=True)
@@ -299,7 +303,7 @@ def summarize(run_dir: Path, ceiling: int, adaptive: bool) -> ConcurrencySummary
     for line in lines:
         with contextlib.suppress(ValueError):
             event = json.loads(line)
-            if isinstance(event, dict) and isinstance(event.get("t"), (int, float)):
+            if isinstance(event, dict) and is_finite_number(event.get("t")):
                 events.append(event)
     if not events:
         return None
@@ -309,7 +313,7 @@ def summarize(run_dir: Path, ceiling: int, adaptive: bool) -> ConcurrencySummary
     points = [[0.0, float(ceiling)]] if adaptive else []
     for event in events:
         limit = event.get("limit")
-        if adaptive and isinstance(limit, int) and 1 <= limit <= ceiling:
+        if adaptive and is_int(limit) and 1 <= limit <= ceiling:  # ``true`` is no limit of 1
             points.append([round(event["t"] - start, 3), float(limit)])
     limits = [int(p[1]) for p in points]
     return ConcurrencySummary(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_gym.rollout.adaptive import Aimd, summarize
 
 
@@ -53,3 +55,33 @@ def test_the_summary_of_a_log(tmp_path: Path) -> None:
     assert summary.timeline == [[0.0, 16.0], [0.0, 8.0], [1.0, 9.0], [2.0, 4.0], [3.0, 5.0]]
     assert (summary.lowest, summary.final) == (4, 5)
     assert summarize(tmp_path / "nothing", 16, adaptive=True) is None
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"limit": 2, "epoch": float("inf"), "hold_until": 0},
+        {"limit": True, "epoch": 0, "hold_until": 0},
+        {"limit": 2, "epoch": True, "hold_until": 0},
+        {"limit": 2, "epoch": 1.5, "hold_until": 0},
+        {"limit": "2", "epoch": 0, "hold_until": 0},
+        {"limit": 2, "epoch": 0, "hold_until": float("inf")},
+        {"limit": float("nan"), "epoch": 0, "hold_until": 0},
+        {"limit": 2, "epoch": 0},
+        [2, 0, 0],
+        "2",
+    ],
+)
+def test_a_shared_state_this_plugin_did_not_write_starts_the_limit_afresh(state: object) -> None:
+    assert Aimd.from_json(state, 8) == Aimd(8)
+    assert Aimd.from_json({"limit": 2, "epoch": 3, "hold_until": 5.0}, 8) == Aimd(8, 2.0, 3, 5.0)
+
+
+def test_the_summary_takes_no_limit_of_true_and_no_time_that_is_not_finite(tmp_path: Path) -> None:
+    lines = ['{"t": 10.0, "limit": 8}', '{"t": 11.0, "limit": true}', '{"t": Infinity, "limit": 2}',
+             '{"t": NaN, "limit": 3}', '{"t": true, "limit": 4}', '{"t": 12.0, "limit": 6}']  # fmt: skip
+    (tmp_path / "concurrency.jsonl").write_text("\n".join(lines) + "\n")
+    summary = summarize(tmp_path, 16, adaptive=True)
+    assert summary is not None
+    assert summary.timeline == [[0.0, 16.0], [0.0, 8.0], [2.0, 6.0]]
+    assert (summary.lowest, summary.final) == (6, 6)
