@@ -10,6 +10,7 @@ by a later version are kept (``extra="allow"``) and shown as they are, so an old
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 #: Bounds on what a summary read back may hold: far above any real run, far below harm.
 MAX_SUITES = 10_000
 MAX_K = 10_000
+_K = re.compile(r"[0-9]{1,5}")
 
 
 #: Suite sections left out of the JSON when they do not apply (as the summary always did).
@@ -413,7 +415,8 @@ def parse_summary(data: Any) -> RunSummary:
     for name, suite in (suites or {}).items() if isinstance(suites, dict) else []:
         for key in ("pass_at", "pass_hat"):
             values = suite.get(key) if isinstance(suite, dict) else None
-            if isinstance(values, dict) and any(not str(k).isdigit() or int(k) > MAX_K for k in values):
+            # ASCII digits, few of them: ``str.isdigit`` takes "²" and ``int`` refuses more than 4300 digits.
+            if isinstance(values, dict) and any(not _K.fullmatch(str(k)) or int(k) > MAX_K for k in values):
                 raise SummaryError(f"suite {str(name)[:80]!r}: {key} has a k that is not a number from 1 to {MAX_K}")
     try:
         return RunSummary.model_validate(data)

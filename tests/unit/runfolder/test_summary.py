@@ -1,0 +1,29 @@
+"""The run folder's summary read back (history, exporters): what no run wrote is a ``SummaryError`` naming the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_gym.judge.summary import SummaryError
+from pytest_gym.runfolder.layout import SUMMARY_FILE
+from pytest_gym.runfolder.summary import read_summary
+
+
+@pytest.mark.parametrize("k", ["\u00b2", "\u0663", "9" * 5000, "1.5", "-1", "10001"])
+def test_a_pass_at_k_that_is_not_a_number_of_repeats_is_a_summary_error_naming_the_file(tmp_path: Path, k: str) -> None:
+    """``str.isdigit`` takes "²" and "٣", which ``int`` refuses; ``int`` refuses more than 4300 digits."""
+    data = {"run_dir": str(tmp_path), "suites": {"qa": {"pass_at": {k: 1.0}}}}
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(SummaryError, match=f"{SUMMARY_FILE}: suite 'qa': pass_at has a k"):
+        read_summary(tmp_path)
+
+
+def test_a_pass_at_k_of_a_number_of_repeats_reads_back(tmp_path: Path) -> None:
+    data = {"run_dir": str(tmp_path), "suites": {"qa": {"pass_at": {"1": 0.5, "10000": 1.0}}}}
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps(data), encoding="utf-8")
+    summary = read_summary(tmp_path)
+    assert summary is not None
+    assert summary.suites["qa"].pass_at == {"1": 0.5, "10000": 1.0}
