@@ -40,6 +40,7 @@ from typing import Any
 
 from pytest_gym.core.jsonl import read_jsonl_numbered
 from pytest_gym.core.masking import Masker, mask_secrets
+from pytest_gym.core.numbers import is_int
 from pytest_gym.runfolder.layout import CASSETTE_FILE, MISSES_FILE
 
 FORMAT_VERSION = 1
@@ -223,15 +224,19 @@ class Recording:
     def from_json(cls, data: Any, line: int) -> Recording:
         if not isinstance(data, dict):
             raise ValueError("not an object")
+        status, occurrence = data["status"], data.get("occurrence", 0)
+        # Whole numbers, as the recorder writes them: ``true`` is no HTTP status 1, Infinity no OverflowError.
+        if not (is_int(status) and 100 <= status <= 599) or not is_int(occurrence):
+            raise ValueError("a status or an occurrence that is not a whole number")
         return cls(
             method=str(data["method"]),
             route=str(data["route"]),
             request=data.get("request"),
-            status=int(data["status"]),
+            status=status,
             content_type=str(data.get("content_type") or "application/json"),
             body=str(data["body"]),
             hash=str(data.get("hash", "")),
-            occurrence=int(data.get("occurrence", 0)),
+            occurrence=occurrence,
             recorded_at=float(data.get("recorded_at") or 0.0),
             upstream_ms=data.get("upstream_ms"),
             line=line,
@@ -526,6 +531,8 @@ def read_misses(path: str | Path) -> list[Miss]:
     misses = []
     for _, data in read_jsonl_numbered(target)[0]:
         with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+            if not (is_int(data["occurrence"]) and is_int(data["recorded"])):
+                continue  # not a line the recorder wrote (``true``; Infinity would raise OverflowError)
             misses.append(
                 Miss(
                     time=float(data["time"]),

@@ -238,6 +238,37 @@ def test_a_torn_last_line_is_skipped_and_the_next_append_starts_a_fresh_line(tmp
     ]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"status": 1e999},
+        {"status": True},
+        {"status": "200"},
+        {"status": 7},
+        {"occurrence": 1e999},
+        {"occurrence": True},
+    ],
+)
+def test_a_recording_whose_status_or_occurrence_is_not_a_whole_number_is_a_skipped_line(
+    tmp_path: Path, fields: dict[str, Any]
+) -> None:
+    """``true`` would be replayed as HTTP status 1; Infinity stopped the recorder with an OverflowError."""
+    path = tmp_path / CASSETTE_FILE
+    lines = [json.dumps(recording(0).to_json()), json.dumps({**recording(1).to_json(), **fields})]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    loaded = Cassette.load(path)
+    assert (len(loaded), loaded.skipped_lines) == (1, 1)
+    assert len(list(iter_recordings(path))) == 1
+
+
+@pytest.mark.parametrize("fields", [{"occurrence": 1e999}, {"recorded": 1e999}, {"occurrence": True}])
+def test_a_miss_whose_counts_are_not_whole_numbers_is_skipped(tmp_path: Path, fields: dict[str, Any]) -> None:
+    miss = {"time": 1.0, "hash": "h", "route": "/v1/responses", "occurrence": 0, "recorded": 1, "message": "m"}
+    lines = [json.dumps(miss), json.dumps({**miss, **fields})]
+    (tmp_path / MISSES_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert [m.occurrence for m in read_misses(tmp_path)] == [0]
+
+
 def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
     log = AppendLog(tmp_path / CASSETTE_FILE)
     big = "y" * 200_000  # larger than a pipe buffer: a write that is not atomic by itself
