@@ -350,7 +350,10 @@ def aggregate_metrics(
             raise ValueError(f"two records for task {key[0]} repeat {key[1]}: Gym's aggregation refuses them too")
         keys.add(key)
         ordered.append((key, record))
-    ordered.sort(key=lambda pair: pair[0])
+    try:
+        ordered.sort(key=lambda pair: pair[0])
+    except TypeError:  # a hand-edited record: ``"3"`` beside 2
+        raise ValueError("task or repeat indices of different types (a text beside a number)") from None
 
     rows: list[dict[str, Any]] = []  # Gym's data frame: one numeric row per rollout
     columns: list[str] = []

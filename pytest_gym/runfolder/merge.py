@@ -24,7 +24,12 @@ from pytest_gym.core.shard import shard_of
 from pytest_gym.runfolder.aggregate import aggregate_metrics
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE, RUN_INFO_FILE
 from pytest_gym.runfolder.records import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY, RecordError, parse_record, stamps
-from pytest_gym.runfolder.rollouts import aggregate_entry, aggregate_request_from_records, write_aggregate_metrics
+from pytest_gym.runfolder.rollouts import (
+    aggregate_entry,
+    aggregate_request_from_records,
+    order_key,
+    write_aggregate_metrics,
+)
 from pytest_gym.runfolder.runinfo import (
     Reusable,
     basis_differences,
@@ -309,7 +314,7 @@ def _aggregate(
     for agent, group in sorted(by_agent.items()):
         metric_names, key_names = shard_names.get(agent, (set(), set()))
         try:
-            group.sort(key=lambda r: (r.get(TASK_INDEX_KEY) or 0, r.get(ROLLOUT_INDEX_KEY) or 0))
+            group.sort(key=order_key)
             metrics = aggregate_metrics(
                 group,  # already stripped as Gym's collector would (_measured); sorted as it sends them
                 with_pass_at_k=any(name.startswith("pass@") for name in metric_names),

@@ -42,6 +42,7 @@ from typing import Any
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.jsonl import AppendLog
 from pytest_gym.core.masking import MAX_DEPTH, Masker, json_depth_exceeds
+from pytest_gym.core.numbers import is_int
 from pytest_gym.core.outcome import TrialOutcome
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, FAILURES_FILE, MATERIALIZED_FILE, ROLLOUTS_FILE
 from pytest_gym.runfolder.records import (
@@ -213,8 +214,10 @@ _AGGREGATE_STRIPPED = frozenset(
 )
 
 
-def _order_key(record: Mapping[str, Any]) -> tuple[int, int]:
-    return (record.get(TASK_INDEX_KEY) or 0, record.get(ROLLOUT_INDEX_KEY) or 0)
+def order_key(record: Mapping[str, Any]) -> tuple[int, int]:
+    """Task then repeat; an index that is not a whole number (a hand-edited record: ``"3"``) sorts as 0."""
+    task, repeat = record.get(TASK_INDEX_KEY), record.get(ROLLOUT_INDEX_KEY)
+    return (task if is_int(task) else 0, repeat if is_int(repeat) else 0)
 
 
 def aggregate_request_from_records(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -225,9 +228,10 @@ def aggregate_request_from_records(records: Iterable[Mapping[str, Any]]) -> dict
     ``response`` keeps only ``usage`` and ``incomplete_details``.
     """
     stripped = []
-    for record in sorted(records, key=_order_key):
+    for record in sorted(records, key=order_key):
         entry = {key: value for key, value in record.items() if key not in _AGGREGATE_STRIPPED}
-        response = record.get("response") or {}
+        response = record.get("response")
+        response = response if isinstance(response, Mapping) else {}
         kept = {key: response[key] for key in ("usage", "incomplete_details") if response.get(key) is not None}
         if kept:
             entry["response"] = kept
