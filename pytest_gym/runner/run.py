@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import json
+import math
 import os
 import threading
 import time
@@ -261,6 +262,8 @@ class GymRun:
         try:
             started = float((self.run_dir / RUN_STARTED_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
+            started = time.time()
+        if not math.isfinite(started):  # "nan" or "inf" read back would turn the timeout off
             started = time.time()
         return started + timeout
 
