@@ -22,7 +22,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.locks import locked
@@ -46,21 +57,22 @@ class BaselineError(Exception):
 
 
 class _Strict(BaseModel):
-    # Unknown keys are rejected: in a hand-edited file they are typos, not data.
+    # Unknown keys are rejected: in a hand-edited file they are typos, not data. Numbers and flags are strict
+    # (``true`` is no count of 1 or reward of 1.0, "0.5" no reward): a regression gate must not judge against them.
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, defer_build=True)
 
 
 class TaskRecord(_Strict):
     """One task as the baseline run measured it."""
 
-    n: int = Field(ge=0)
-    successes: int = Field(ge=0)
-    mean_reward: float | None
-    passed: bool
-    errors: int = Field(default=0, ge=0)
-    line: int | None = Field(default=None, ge=1)
+    n: StrictInt = Field(ge=0)
+    successes: StrictInt = Field(ge=0)
+    mean_reward: StrictFloat | None
+    passed: StrictBool
+    errors: StrictInt = Field(default=0, ge=0)
+    line: StrictInt | None = Field(default=None, ge=1)
     #: Each trial's reward in trial order (errored trials left out); None in files written before it was kept.
-    rewards: list[float] | None = None
+    rewards: list[StrictFloat] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskRecord:
@@ -76,19 +88,19 @@ class TaskRecord(_Strict):
 class SuiteRecord(_Strict):
     """Suite-level numbers of the baseline run (``SuiteStats.to_dict(per_task=False)``)."""
 
-    tasks: int = Field(ge=0)
-    trials: int = Field(ge=0)
-    errors: int = Field(ge=0)
-    error_rate: float = Field(ge=0, le=1)
-    mean_reward: float | None
-    ci_low: float | None
-    ci_high: float | None
-    min_reward: float
-    pass_at: dict[int, float]
-    pass_hat: dict[int, float]
-    flaky_rate: float | None = Field(default=None, ge=0, le=1)
+    tasks: StrictInt = Field(ge=0)
+    trials: StrictInt = Field(ge=0)
+    errors: StrictInt = Field(ge=0)
+    error_rate: StrictFloat = Field(ge=0, le=1)
+    mean_reward: StrictFloat | None
+    ci_low: StrictFloat | None
+    ci_high: StrictFloat | None
+    min_reward: StrictFloat
+    pass_at: dict[int, StrictFloat]
+    pass_hat: dict[int, StrictFloat]
+    flaky_rate: StrictFloat | None = Field(default=None, ge=0, le=1)
     #: What the trials cost (``judge.efficiency.figures``), for ``delta(...)`` gates; files written before lack it.
-    efficiency: dict[str, float | None] | None = None
+    efficiency: dict[str, StrictFloat | None] | None = None
 
 
 class Baseline(_Strict):

@@ -157,6 +157,14 @@ def _entry(d: dict[str, Any]) -> dict[str, Any]:
         (lambda d: d.update(extra_field=1), "extra_field: Extra inputs are not permitted"),
         (lambda d: _entry(d).update(created_at="yesterday"), "created_at"),
         (lambda d: d.update(suites=[]), "suites: Input should be a valid dictionary"),
+        # Numbers and flags as written, never coerced: a gate must not judge against ``true`` taken as 1.
+        (lambda d: _entry(d)["tasks"][h(0)].update(mean_reward=True), f"tasks.{h(0)}.mean_reward"),
+        (lambda d: _entry(d)["tasks"][h(0)].update(n=True, successes=1, rewards=[1.0]), f"tasks.{h(0)}.n"),
+        (lambda d: _entry(d)["tasks"][h(0)].update(passed="yes"), f"tasks.{h(0)}.passed"),
+        (lambda d: _entry(d)["tasks"][h(0)].update(rewards=["1", 1.0]), f"tasks.{h(0)}.rewards.0"),
+        (lambda d: _entry(d)["suite"].update(mean_reward="0.9"), f"suites.{SUITE}.suite.mean_reward"),
+        (lambda d: _entry(d)["suite"].update(min_reward=True), f"suites.{SUITE}.suite.min_reward"),
+        (lambda d: _entry(d)["suite"]["pass_at"].update({"1": True}), f"suites.{SUITE}.suite.pass_at.1"),
     ],
 )
 def test_invalid_content_names_file_and_problem(tmp_path: Path, mutate: Any, problem: str) -> None:
