@@ -405,8 +405,11 @@ class SummaryError(ValueError):
     """A summary file that is not one pytest-gym wrote."""
 
 
-def parse_summary(data: Any) -> RunSummary:
-    """A summary read back (from JSON); ``SummaryError`` naming the first problem."""
+def parse_summary(data: Any, raw: bytes | None = None) -> RunSummary:
+    """A summary read back (from JSON); ``SummaryError`` naming the first problem.
+
+    ``raw``: the file ``data`` was read from, validated as strict JSON: a count of ``true`` is no 1 and a rate of
+    "0.9" no number in what a reviewer compares (history, the PR comment against the baseline run)."""
     if not isinstance(data, dict):
         raise SummaryError(f"a JSON {type(data).__name__}, not the object pytest-gym writes")
     suites = data.get("suites")
@@ -419,6 +422,8 @@ def parse_summary(data: Any) -> RunSummary:
             if isinstance(values, dict) and any(not _K.fullmatch(str(k)) or int(k) > MAX_K for k in values):
                 raise SummaryError(f"suite {str(name)[:80]!r}: {key} has a k that is not a number from 1 to {MAX_K}")
     try:
+        if raw is not None:
+            return RunSummary.model_validate_json(raw, strict=True)
         return RunSummary.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -9,7 +9,7 @@ import pytest
 
 from pytest_gym.judge.summary import SummaryError
 from pytest_gym.runfolder.layout import SUMMARY_FILE
-from pytest_gym.runfolder.summary import read_summary
+from pytest_gym.runfolder.summary import read_summary, write_summary
 
 
 @pytest.mark.parametrize("k", ["\u00b2", "\u0663", "9" * 5000, "1.5", "-1", "10001"])
@@ -27,3 +27,35 @@ def test_a_pass_at_k_of_a_number_of_repeats_reads_back(tmp_path: Path) -> None:
     summary = read_summary(tmp_path)
     assert summary is not None
     assert summary.suites["qa"].pass_at == {"1": 0.5, "10000": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "where"),
+    [
+        ("tasks", True, "suites.qa.tasks"),
+        ("trials", "4", "suites.qa.trials"),
+        ("mean_reward", True, "suites.qa.mean_reward"),
+        ("error_rate", "0.1", "suites.qa.error_rate"),
+    ],
+)
+def test_a_number_written_as_true_or_text_is_a_summary_error_naming_the_field(
+    tmp_path: Path, field: str, value: object, where: str
+) -> None:
+    """A reviewer compares these (history, the PR comment against the baseline run): ``true`` is not 1."""
+    data = {"run_dir": str(tmp_path), "suites": {"qa": {"tasks": 2, "trials": 4, "mean_reward": 0.5, field: value}}}
+    (tmp_path / SUMMARY_FILE).write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(SummaryError, match=f"{SUMMARY_FILE}: {where}: "):
+        read_summary(tmp_path)
+
+
+def test_a_summary_a_run_wrote_reads_back_strictly_as_it_was(tmp_path: Path) -> None:
+    data = {
+        "run_dir": str(tmp_path),
+        "suites": {"qa": {"tasks": 2, "trials": 4, "errors": 0, "mean_reward": 1, "ci_low": 0.4, "pass_at": {"1": 1}}},
+    }
+    written = write_summary(tmp_path, data["suites"])
+    summary = read_summary(tmp_path)
+    assert summary is not None
+    assert summary.suites["qa"].tasks == 2
+    assert summary.suites["qa"].mean_reward == 1.0
+    assert summary.to_json()["suites"] == written["suites"]
