@@ -18,7 +18,7 @@ from pytest_gym.core.locks import locked
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.deployment import Started, read_state, start_deployment, stop_started, write_state
 from pytest_gym.gym.discovery import discover
-from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK
+from pytest_gym.runfolder.layout import DEPLOYMENT_LOCK, STATE_FILE
 
 
 def acquire(
@@ -76,7 +76,10 @@ def release(settings: GymSettings, run_dir: Path) -> list[str]:
             return release_kept(state["kept"], run_dir)
         if not state or "started" not in state:
             return []
-        started = Started(**state["started"])
+        try:
+            started = Started.from_json(state["started"])
+        except ValueError as exc:  # a hand-edited state file: nothing is signalled on its word
+            return [f"the run's Gym state file ({run_dir / STATE_FILE}): {exc}; stop what it started by hand"]
         notes = stop_started(started, settings.shutdown_grace)
         state["stopped"] = notes
         del state["started"]

@@ -46,6 +46,16 @@ class Started:
     supervised: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_json(cls, data: Any) -> Started:
+        """The processes a state file records; ValueError when it is not what this plugin wrote (a hand edit)."""
+        if not isinstance(data, dict) or not set(data) <= {"gym_pid", "policy_pid", "supervised", "extra"}:
+            raise ValueError("the started processes are not recorded as pytest-gym records them")
+        supervised, extra = data.get("supervised", []), data.get("extra", {})
+        if not isinstance(supervised, list) or not isinstance(extra, dict):
+            raise ValueError("the started processes are not recorded as pytest-gym records them")
+        return cls(data.get("gym_pid"), data.get("policy_pid"), list(supervised), dict(extra))
+
 
 def gym_environment(settings: GymSettings | None = None) -> dict[str, str]:
     """Gym's environment: ours, with a wide console so its errors are not wrapped at 80 columns in the log.
@@ -208,7 +218,7 @@ def start_deployment(
                     raise
             # Gym picks its servers' ports at random (10001-20000), where Ray's workers also bind: a port
             # taken between its pick and its bind is a race, not a fault of the setup. Start again.
-            stop_supervised([Supervised(**started.supervised.pop(0))])
+            stop_supervised([Supervised.from_json(started.supervised.pop(0))])
             started.gym_pid = None
             with log_path.open("a", encoding="utf-8") as log:
                 log.write(
@@ -233,11 +243,16 @@ def stop_started(started: Started, grace: float) -> list[str]:
     """Stop what ``started`` records, all at once; not cut short by SIGINT/SIGTERM meanwhile (bounded)."""
     from pytest_gym.process.groups import Supervised, stop_supervised
 
-    items = [Supervised(**item) for item in started.supervised]
+    items, notes = [], []
+    for recorded in started.supervised:
+        try:
+            items.append(Supervised.from_json(recorded))
+        except ValueError as exc:  # signalled on no file's word: a pid of true or 0 would reach init or pytest
+            notes.append(f"a process recorded in the run's state file was not stopped: {exc}")
     for item in items:
         if item.name == "gym":
             item.grace = grace
-    return stop_supervised(items)
+    return [*stop_supervised(items), *notes] if items else notes
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:

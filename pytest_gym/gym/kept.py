@@ -209,7 +209,10 @@ def _answer_message(data: bytes) -> str:
 
 def _stop(entry: Path, state: dict[str, Any], grace: float) -> list[str]:
     """Stop the kept Gym ``state`` records (the caller holds the entry's lock); no run finds it afterwards."""
-    ended = stop_started(Started(**state["started"]), grace)
+    try:
+        ended = stop_started(Started.from_json(state.get("started")), grace)
+    except ValueError as exc:  # a hand-edited state file: nothing is signalled on its word
+        ended = [f"the kept Gym's state file ({entry / STATE_FILE}): {exc}; stop what it started by hand"]
     (entry / STATE_FILE).unlink(missing_ok=True)
     return ended
 

@@ -21,8 +21,10 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_gym.core.masking import mask_secrets
+from pytest_gym.core.numbers import is_finite_number, is_int
 from pytest_gym.core.pids import pid_alive
 
 
@@ -173,6 +175,25 @@ class Supervised:
     first: str = "INT"
     grace: float = 30.0
 
+    @classmethod
+    def from_json(cls, data: Any) -> Supervised:
+        """One a state file records; ValueError when it is not what this plugin wrote (a hand edit): a pid of
+        ``true``, 0 or 1 would signal init's process group or this process's own, so none is signalled."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{type(data).__name__}, not a recorded process")
+        pid, supervisor_pid, grace = data.get("pid"), data.get("supervisor_pid"), data.get("grace", 30.0)
+        if not (is_int(pid) and 1 < pid <= MAX_PID and is_int(supervisor_pid) and 1 < supervisor_pid <= MAX_PID):
+            raise ValueError(f"pid {pid!r} or supervisor pid {supervisor_pid!r} is no process id")
+        name, state_file, first = data.get("name"), data.get("state_file"), data.get("first", "INT")
+        if not isinstance(name, str) or not isinstance(state_file, str) or first not in ("INT", "TERM"):
+            raise ValueError("a name, state file or first signal that is not one recorded")
+        if not is_finite_number(grace) or grace < 0:
+            raise ValueError(f"grace {grace!r} is no number of seconds")
+        return cls(name, pid, supervisor_pid, state_file, first, float(grace))
+
+
+#: The largest process id Linux gives (``pid_max`` at most 2**22).
+MAX_PID = 4_194_304
 
 #: Supervisors this process started: the pipe to each (its write end) must stay open while the run lasts.
 _PIPES: dict[int, subprocess.Popen[bytes]] = {}
