@@ -218,7 +218,8 @@ def start_deployment(
                     raise
             # Gym picks its servers' ports at random (10001-20000), where Ray's workers also bind: a port
             # taken between its pick and its bind is a race, not a fault of the setup. Start again.
-            stop_supervised([Supervised.from_json(started.supervised.pop(0))])
+            started.supervised.pop(0)
+            stop_supervised([gym])
             started.gym_pid = None
             with log_path.open("a", encoding="utf-8") as log:
                 log.write(

@@ -40,6 +40,7 @@ from pytest_gym.core.access import GymAccess
 from pytest_gym.core.endpoint import GymEndpoint, GymError
 from pytest_gym.core.locks import locked
 from pytest_gym.core.masking import POLICY_KEY_ENV
+from pytest_gym.core.numbers import is_int
 from pytest_gym.core.pids import parent_pid, pid_alive
 from pytest_gym.core.settings import RECORDER_POLICIES, GymSettings
 from pytest_gym.gym.deployment import (
@@ -269,12 +270,23 @@ def acquire_kept(
     raise NotKept("--gym-reuse: every kept Gym with these settings is in use: Gym started for this run")
 
 
-def release_kept(record: dict[str, Any], run_dir: Path) -> list[str]:
+def release_kept(record: Any, run_dir: Path) -> list[str]:
     """At the run's end: its part of the kept Gym's logs into its folder, the lease freed; what to say."""
-    entry = Path(record["entry"])
-    if record.get("recorder_url"):
+    record = record if isinstance(record, dict) else {}
+    entry_text, offsets = record.get("entry"), record.get("offsets", {})
+    # As this plugin records it (a hand edit is not followed): a log name other than the kept logs' could copy a
+    # file anywhere, an offset of ``true`` or Infinity is no position.
+    if not isinstance(entry_text, str) or not (
+        isinstance(offsets, dict) and all(name in KEPT_LOGS and is_int(at) and at >= 0 for name, at in offsets.items())
+    ):
+        return [
+            f"the run's Gym state file ({run_dir / STATE_FILE}) does not record the kept Gym as pytest-gym records "
+            "it: its lease ends with this run, and it stops when unused (python -m pytest_gym stop-kept POOL)"
+        ]
+    entry = Path(entry_text)
+    if isinstance(record.get("recorder_url"), str):
         _release_recorder(record["recorder_url"])  # first: the run's recorder stats end its part of the log
-    for name, offset in record.get("offsets", {}).items():
+    for name, offset in offsets.items():
         source = entry / name
         if not source.is_file():
             continue
@@ -282,9 +294,10 @@ def release_kept(record: dict[str, Any], run_dir: Path) -> list[str]:
             if name == GYM_LOG:
                 since = "since this run leased it" if record.get("reused") else "started by this run"
                 dst.write(f"pytest-gym: the kept Gym in {entry} ({since}); its log from then on:\n".encode())
-            src.seek(int(offset))
+            src.seek(offset)
             shutil.copyfileobj(src, dst)
-    give_back(entry, run_dir)
+    with contextlib.suppress(OSError):  # the kept Gym's folder removed meanwhile: no lease left to free
+        give_back(entry, run_dir)
     how = "attached to" if record.get("reused") else "started and kept"
     return [
         f"--gym-reuse: {how} the Gym in {entry}; it stays up for the next run with these settings and stops when "

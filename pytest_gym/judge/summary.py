@@ -10,6 +10,7 @@ by a later version are kept (``extra="allow"``) and shown as they are, so an old
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -405,11 +406,11 @@ class SummaryError(ValueError):
     """A summary file that is not one pytest-gym wrote."""
 
 
-def parse_summary(data: Any, raw: bytes | None = None) -> RunSummary:
+def parse_summary(data: Any, *, strict: bool = False) -> RunSummary:
     """A summary read back (from JSON); ``SummaryError`` naming the first problem.
 
-    ``raw``: the file ``data`` was read from, validated as strict JSON: a count of ``true`` is no 1 and a rate of
-    "0.9" no number in what a reviewer compares (history, the PR comment against the baseline run)."""
+    ``strict``: ``data`` is also checked as strict JSON (a file read back): a count of ``true`` is no 1 and a rate
+    of "0.9" no number in what a reviewer compares (history, the PR comment against the baseline run)."""
     if not isinstance(data, dict):
         raise SummaryError(f"a JSON {type(data).__name__}, not the object pytest-gym writes")
     suites = data.get("suites")
@@ -422,8 +423,10 @@ def parse_summary(data: Any, raw: bytes | None = None) -> RunSummary:
             if isinstance(values, dict) and any(not _K.fullmatch(str(k)) or int(k) > MAX_K for k in values):
                 raise SummaryError(f"suite {str(name)[:80]!r}: {key} has a k that is not a number from 1 to {MAX_K}")
     try:
-        if raw is not None:
-            return RunSummary.model_validate_json(raw, strict=True)
+        if strict:
+            # Re-encoded with a lone surrogate (a dataset file name that is not UTF-8) replaced: Python's JSON
+            # reads and writes it, pydantic's parser refuses it. Strict JSON mode still takes arrays as tuples.
+            RunSummary.model_validate_json(json.dumps(data, ensure_ascii=False).encode("utf-8", "replace"), strict=True)
         return RunSummary.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]

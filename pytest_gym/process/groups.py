@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_gym.core.masking import mask_secrets
-from pytest_gym.core.numbers import is_finite_number, is_int
+from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.core.pids import pid_alive
 
 
@@ -184,10 +185,12 @@ class Supervised:
         pid, supervisor_pid, grace = data.get("pid"), data.get("supervisor_pid"), data.get("grace", 30.0)
         if not (is_int(pid) and 1 < pid <= MAX_PID and is_int(supervisor_pid) and 1 < supervisor_pid <= MAX_PID):
             raise ValueError(f"pid {pid!r} or supervisor pid {supervisor_pid!r} is no process id")
+        if pid in (os.getpid(), os.getpgrp()):  # this process's own group: never stopped on a file's word
+            raise ValueError(f"pid {pid} is this pytest process or its group")
         name, state_file, first = data.get("name"), data.get("state_file"), data.get("first", "INT")
         if not isinstance(name, str) or not isinstance(state_file, str) or first not in ("INT", "TERM"):
             raise ValueError("a name, state file or first signal that is not one recorded")
-        if not is_finite_number(grace) or grace < 0:
+        if not is_number(grace) or math.isnan(grace) or grace < 0:  # inf: --gym-shutdown-grace inf
             raise ValueError(f"grace {grace!r} is no number of seconds")
         return cls(name, pid, supervisor_pid, state_file, first, float(grace))
 
@@ -303,9 +306,9 @@ def _supervisor_running(supervised: Supervised) -> bool:
 def _ended(supervised: Supervised) -> str | None:
     try:
         state = json.loads(Path(supervised.state_file).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    ended = state.get("ended")
+    ended = state.get("ended") if isinstance(state, dict) else None
     return str(ended) if ended else None
 
 

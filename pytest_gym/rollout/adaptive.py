@@ -216,7 +216,7 @@ class SharedLimit:
     def _read(self) -> Aimd:
         try:
             data = json.loads(self.path.read_bytes())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return Aimd(self.ceiling)
         return Aimd.from_json(data, self.ceiling)
 
@@ -301,7 +301,7 @@ def summarize(run_dir: Path, ceiling: int, adaptive: bool) -> ConcurrencySummary
         return None
     events = []
     for line in lines:
-        with contextlib.suppress(ValueError):
+        with contextlib.suppress(ValueError, RecursionError):
             event = json.loads(line)
             if isinstance(event, dict) and is_finite_number(event.get("t")):
                 events.append(event)

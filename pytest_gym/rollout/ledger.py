@@ -115,7 +115,7 @@ class Ledger:
         if not line or len(line) > _MAX_LINE:
             return
         # A line another program wrote (or a torn one): skipped, never an error in the run that reads it.
-        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError, RecursionError):
             entry = json.loads(line)
             suite, task, repeat = str(entry["s"]), str(entry["t"]), entry["r"]
             if not is_int(repeat) or repeat < 0:

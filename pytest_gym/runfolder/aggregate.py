@@ -24,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_gym.core.numbers import is_number
+from pytest_gym.core.numbers import is_int, is_number
 from pytest_gym.judge.intervals import t_ppf
 from pytest_gym.runfolder.records import ROLLOUT_INDEX_KEY, TASK_INDEX_KEY
 
@@ -346,14 +346,13 @@ def aggregate_metrics(
     keys: set[tuple[Any, Any]] = set()
     for record in scored:
         key = (record.get(TASK, 0), record.get(ROLLOUT, 0))
+        if not (is_int(key[0]) and is_int(key[1])):  # a hand-edited record: "3", true, [1]
+            raise ValueError(f"a task or repeat index that is not a whole number ({key[0]!r}, {key[1]!r})")
         if key in keys:
             raise ValueError(f"two records for task {key[0]} repeat {key[1]}: Gym's aggregation refuses them too")
         keys.add(key)
         ordered.append((key, record))
-    try:
-        ordered.sort(key=lambda pair: pair[0])
-    except TypeError:  # a hand-edited record: ``"3"`` beside 2
-        raise ValueError("task or repeat indices of different types (a text beside a number)") from None
+    ordered.sort(key=lambda pair: pair[0])
 
     rows: list[dict[str, Any]] = []  # Gym's data frame: one numeric row per rollout
     columns: list[str] = []

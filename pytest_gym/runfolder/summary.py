@@ -52,13 +52,12 @@ def read_summary(run_dir: Path) -> RunSummary | None:
     try:
         if path.stat().st_size > MAX_SUMMARY_BYTES:
             raise SummaryError(f"{path}: larger than the {MAX_SUMMARY_BYTES} bytes pytest-gym reads")
-        raw = path.read_bytes()
-        data = json.loads(raw)
+        data = json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
     except (OSError, ValueError, RecursionError) as exc:
         raise SummaryError(f"{path}: not readable JSON ({type(exc).__name__})") from None
     try:
-        return parse_summary(data, raw)
+        return parse_summary(data, strict=True)
     except SummaryError as exc:
         raise SummaryError(f"{path}: {exc}") from None

@@ -4,6 +4,7 @@ them are signalled. A hand-edited pid of ``true``, 0 or 1 would reach init's pro
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,52 @@ def test_stopping_a_kept_gym_whose_state_file_was_hand_edited_says_so_and_signal
     assert len(notes) == 1
     assert notes[0].startswith("0123abcd: the kept Gym's state file")
     assert "stop what it started by hand" in notes[0]
+
+
+def test_a_shutdown_grace_of_infinity_as_recorded_reads_back() -> None:
+    """``--gym-shutdown-grace inf`` is a valid setting: JSON writes it as Infinity, and it reads back."""
+    recorded = json.loads(json.dumps({**RECORDED, "grace": float("inf")}))
+    assert Supervised.from_json(recorded).grace == float("inf")
+
+
+@pytest.mark.parametrize("own", ["pid", "group"])
+def test_this_pytest_process_or_its_group_is_never_stopped_on_a_files_word(own: str) -> None:
+    pid = os.getpid() if own == "pid" else os.getpgrp()
+    with pytest.raises(ValueError, match="this pytest process or its group"):
+        Supervised.from_json({**RECORDED, "pid": pid})
+
+
+@pytest.mark.parametrize("content", ["[]", '"ended"', "[" * 5000, "{torn"])
+def test_a_supervisor_state_that_is_not_an_object_says_nothing_about_how_it_ended(tmp_path: Path, content: str) -> None:
+    state = tmp_path / "gym.state"
+    state.write_text(content, encoding="utf-8")
+    assert groups._ended(Supervised("gym", 4242, 4243, str(state))) is None  # read on the stop path: no traceback
+
+
+@pytest.mark.parametrize(
+    "kept_record",
+    [
+        "gone",
+        {"offsets": {}},
+        {"entry": "ENTRY", "offsets": [1]},
+        {"entry": "ENTRY", "offsets": {"gym.log": True}},
+        {"entry": "ENTRY", "offsets": {"gym.log": float("inf")}},
+        {"entry": "ENTRY", "offsets": {"../../outside.log": 0}},
+    ],
+    ids=["text", "no-entry", "offsets-list", "offset-true", "offset-infinity", "log-outside"],
+)
+def test_giving_back_a_kept_gym_recorded_by_hand_copies_nothing_and_says_so(tmp_path: Path, kept_record: Any) -> None:
+    entry, run_dir = tmp_path / "pool" / "0123abcd", tmp_path / "runs" / "run"
+    entry.mkdir(parents=True)
+    run_dir.mkdir(parents=True)
+    (entry / "gym.log").write_text("the kept Gym's log\n", encoding="utf-8")
+    (tmp_path / "runs" / "outside.log").write_text("not the run's\n", encoding="utf-8")
+    if isinstance(kept_record, dict) and "entry" in kept_record:
+        kept_record = {**kept_record, "entry": str(entry)}
+    write_state(run_dir, {"kept": json.loads(json.dumps(kept_record))})
+    notes = release(GymSettings(resources_server="mcqa"), run_dir)
+    assert len(notes) == 1
+    assert str(run_dir / STATE_FILE) in notes[0]
+    assert "does not record the kept Gym as pytest-gym records it" in notes[0]
+    assert not [p.name for p in run_dir.iterdir() if p.name.endswith(".log")]  # no log copied in
+    assert (tmp_path / "runs" / "outside.log").read_text(encoding="utf-8") == "not the run's\n"

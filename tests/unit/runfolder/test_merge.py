@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from pytest_gym.runfolder.layout import AGGREGATE_FILE, ROLLOUTS_FILE, RUN_INFO_FILE
 from pytest_gym.runfolder.merge import index_shards, read_shard_folders, write_merged
 
@@ -38,11 +40,15 @@ def merged(tmp_path: Path, *records: dict[str, Any]) -> list[str]:
         shards.close()
 
 
-def test_a_task_index_of_text_beside_numbers_is_a_note_not_a_type_error(tmp_path: Path) -> None:
-    notes = merged(tmp_path, record(1), record("2"), record(3))
+@pytest.mark.parametrize(("index", "shown"), [("2", "'2'"), ([2], "[2]"), (True, "True"), (None, "None")])
+def test_a_task_index_that_is_not_a_whole_number_is_a_note_not_a_type_error(
+    tmp_path: Path, index: Any, shown: str
+) -> None:
+    """Text beside numbers failed the sort, a list the duplicate check (unhashable); ``true`` was task 1."""
+    notes = merged(tmp_path, record(1), record(index), record(3))
     assert notes == [
-        "merge: aggregate metrics of agent not computed: task or repeat indices of different types "
-        "(a text beside a number)"
+        "merge: aggregate metrics of agent not computed: a task or repeat index that is not a whole number "
+        f"({shown}, 0)"
     ]
     assert len((tmp_path / "out" / ROLLOUTS_FILE).read_text(encoding="utf-8").splitlines()) == 3
 

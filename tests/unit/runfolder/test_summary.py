@@ -59,3 +59,13 @@ def test_a_summary_a_run_wrote_reads_back_strictly_as_it_was(tmp_path: Path) -> 
     assert summary.suites["qa"].tasks == 2
     assert summary.suites["qa"].mean_reward == 1.0
     assert summary.to_json()["suites"] == written["suites"]
+
+
+def test_a_suite_named_after_a_file_name_that_is_not_utf8_reads_back(tmp_path: Path) -> None:
+    """A lone surrogate (``os.fsdecode`` of a non-UTF-8 name) is JSON Python writes; the strict check takes it too."""
+    name = "evals/caf\udce9.jsonl"
+    write_summary(tmp_path, {name: {"tasks": 1, "trials": 2, "errors": 0, "mean_reward": 0.5}})
+    summary = read_summary(tmp_path)
+    assert summary is not None
+    assert list(summary.suites) == [name]
+    assert summary.suites[name].trials == 2
