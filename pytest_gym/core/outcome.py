@@ -11,12 +11,12 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_gym.core.dataset import Task
-from pytest_gym.core.numbers import is_int
+from pytest_gym.core.numbers import is_finite_number, is_int
 from pytest_gym.core.tracing import trace_link
 
 
@@ -146,7 +146,28 @@ class TrialOutcome:
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data and name not in TRANSIENT}
         known["tokens"] = dict(known.get("tokens") or {})
         known["health"] = tuple(str(code) for code in known.get("health") or ())
+        if wrong := _wrong_fields(known):
+            raise ValueError(f"not an outcome this plugin wrote: {', '.join(wrong)}")
         return cls(**known)
+
+
+def _wrong_fields(known: dict[str, Any]) -> list[str]:
+    """The fields of an outcome read back that do not have the types ``to_json`` writes (``true`` is no reward)."""
+    checks: dict[str, Callable[[Any], bool]] = {
+        "nodeid": lambda v: isinstance(v, str),
+        "task_hash": lambda v: isinstance(v, str),
+        "dataset": lambda v: isinstance(v, str),
+        "repeat": lambda v: is_int(v) and v >= 0,
+        "line": is_int,
+        "attempts": is_int,
+        "reward": lambda v: v is None or is_finite_number(v),
+        "latency_s": is_finite_number,
+        "http_status": lambda v: v is None or is_int(v),
+        "answer": lambda v: v is None or isinstance(v, dict),
+        "request": lambda v: v is None or isinstance(v, dict),
+        "tokens": lambda v: all(isinstance(k, str) and is_int(n) for k, n in v.items()),
+    }
+    return [name for name, ok in checks.items() if name in known and not ok(known[name])]
 
 
 #: The first property of every trial's reports; its presence marks a report as a trial's.

@@ -178,7 +178,20 @@ def test_a_claim_left_empty_by_a_dead_writer_expires(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "line", [b"[]", b"{}", b'{"nodeid": "n"}', b'"text"', b'{"nodeid": "n", "tokens": 5}', b"[" * 100_000]
+    "line",
+    [
+        b"[]",
+        b"{}",
+        b'{"nodeid": "n"}',
+        b'"text"',
+        b'{"nodeid": "n", "tokens": 5}',
+        b"[" * 100_000,
+        # The fields there, of types to_json never writes: a reward of true is no 1.0, a latency no text.
+        b'{"nodeid": "n", "task_hash": "abc", "repeat": 0, "line": 1, "dataset": "d", "reward": true}',
+        b'{"nodeid": "n", "task_hash": "abc", "repeat": 0, "line": 1, "dataset": "d", "latency_s": "x"}',
+        b'{"nodeid": "n", "task_hash": "abc", "repeat": true, "line": 1, "dataset": "d", "reward": 1.0}',
+        b'{"nodeid": "n", "task_hash": "abc", "repeat": 0, "line": 1, "dataset": "d", "tokens": {"turns": true}}',
+    ],
 )
 def test_a_published_line_that_is_no_outcome_is_none_not_an_error(tmp_path: Path, line: bytes) -> None:
     """Another program's line in a claim file: the trial has no outcome yet, and the waiter does not crash."""
