@@ -151,23 +151,26 @@ class TrialOutcome:
         return cls(**known)
 
 
+#: The types ``to_json`` writes, field by field (``true`` is no reward): built once, checked per outcome read back.
+_FIELD_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "nodeid": lambda v: isinstance(v, str),
+    "task_hash": lambda v: isinstance(v, str),
+    "dataset": lambda v: isinstance(v, str),
+    "repeat": lambda v: is_int(v) and v >= 0,
+    "line": is_int,
+    "attempts": is_int,
+    "reward": lambda v: v is None or is_finite_number(v),
+    "latency_s": is_finite_number,
+    "http_status": lambda v: v is None or is_int(v),
+    "answer": lambda v: v is None or isinstance(v, dict),
+    "request": lambda v: v is None or isinstance(v, dict),
+    "tokens": lambda v: all(isinstance(k, str) and is_int(n) for k, n in v.items()),
+}
+
+
 def _wrong_fields(known: dict[str, Any]) -> list[str]:
-    """The fields of an outcome read back that do not have the types ``to_json`` writes (``true`` is no reward)."""
-    checks: dict[str, Callable[[Any], bool]] = {
-        "nodeid": lambda v: isinstance(v, str),
-        "task_hash": lambda v: isinstance(v, str),
-        "dataset": lambda v: isinstance(v, str),
-        "repeat": lambda v: is_int(v) and v >= 0,
-        "line": is_int,
-        "attempts": is_int,
-        "reward": lambda v: v is None or is_finite_number(v),
-        "latency_s": is_finite_number,
-        "http_status": lambda v: v is None or is_int(v),
-        "answer": lambda v: v is None or isinstance(v, dict),
-        "request": lambda v: v is None or isinstance(v, dict),
-        "tokens": lambda v: all(isinstance(k, str) and is_int(n) for k, n in v.items()),
-    }
-    return [name for name, ok in checks.items() if name in known and not ok(known[name])]
+    """The fields of an outcome read back that do not have the types ``to_json`` writes."""
+    return [name for name, ok in _FIELD_CHECKS.items() if name in known and not ok(known[name])]
 
 
 #: The first property of every trial's reports; its presence marks a report as a trial's.

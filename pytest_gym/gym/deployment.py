@@ -49,10 +49,9 @@ class Started:
     @classmethod
     def from_json(cls, data: Any) -> Started:
         """The processes a state file records; ValueError when it is not what this plugin wrote (a hand edit)."""
-        if not isinstance(data, dict) or not set(data) <= {"gym_pid", "policy_pid", "supervised", "extra"}:
-            raise ValueError("the started processes are not recorded as pytest-gym records them")
-        supervised, extra = data.get("supervised", []), data.get("extra", {})
-        if not isinstance(supervised, list) or not isinstance(extra, dict):
+        known = isinstance(data, dict) and set(data) <= {"gym_pid", "policy_pid", "supervised", "extra"}
+        supervised, extra = (data.get("supervised", []), data.get("extra", {})) if known else (None, None)
+        if not (isinstance(supervised, list) and isinstance(extra, dict)):
             raise ValueError("the started processes are not recorded as pytest-gym records them")
         return cls(data.get("gym_pid"), data.get("policy_pid"), list(supervised), dict(extra))
 
@@ -253,7 +252,7 @@ def stop_started(started: Started, grace: float) -> list[str]:
     for item in items:
         if item.name == "gym":
             item.grace = grace
-    return [*stop_supervised(items), *notes] if items else notes
+    return [*stop_supervised(items), *notes]
 
 
 def read_state(run_dir: Path) -> dict[str, Any] | None:
