@@ -76,12 +76,14 @@ def release(settings: GymSettings, run_dir: Path) -> list[str]:
             return release_kept(state["kept"], run_dir)
         if not state or "started" not in state:
             return []
+        reuse_note = state.get("reuse_note")  # why --gym-reuse did not keep this run's Gym
+        before = [str(reuse_note)] if reuse_note else []
         try:
             started = Started.from_json(state["started"])
         except ValueError as exc:  # a hand-edited state file: nothing is signalled on its word
-            return [f"the run's Gym state file ({run_dir / STATE_FILE}): {exc}; stop what it started by hand"]
+            return [*before, f"the run's Gym state file ({run_dir / STATE_FILE}): {exc}; stop what it started by hand"]
         notes = stop_started(started, settings.shutdown_grace)
         state["stopped"] = notes
         del state["started"]
         write_state(run_dir, state)
-        return [state["reuse_note"], *notes] if state.get("reuse_note") else notes
+        return [*before, *notes]

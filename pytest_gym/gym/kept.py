@@ -244,9 +244,14 @@ def acquire_kept(
             entry.mkdir(exist_ok=True)
             state = read_state(entry)
             endpoint = _live_endpoint(state, access)
+            stale: list[str] = []  # why this run starts a new one there, said at the run's end
             if endpoint is None:
                 if state and "started" in state:
-                    _stop(entry, state, settings.shutdown_grace)  # what is left of a dead one
+                    stale = [
+                        f"--gym-reuse: the kept Gym in {entry} was not running as recorded (its owner ended, or it "
+                        f"failed): this run started a new one there; the old one: {note}"
+                        for note in _stop(entry, state, settings.shutdown_grace)
+                    ]
                 (entry / STATE_FILE).unlink(missing_ok=True)
                 for name in KEPT_LOGS:
                     (entry / name).unlink(missing_ok=True)
@@ -266,6 +271,8 @@ def acquire_kept(
             }  # fmt: skip
             if settings.policy in RECORDER_POLICIES and endpoint.policy_url:
                 record["recorder_url"] = endpoint.policy_url
+            if stale:
+                record["notes"] = stale
             return endpoint, record
     raise NotKept("--gym-reuse: every kept Gym with these settings is in use: Gym started for this run")
 
@@ -273,6 +280,8 @@ def acquire_kept(
 def release_kept(record: Any, run_dir: Path) -> list[str]:
     """At the run's end: its part of the kept Gym's logs into its folder, the lease freed; what to say."""
     record = record if isinstance(record, dict) else {}
+    earlier = record.get("notes")
+    earlier = [str(note) for note in earlier] if isinstance(earlier, list) else []
     entry_text, offsets = record.get("entry"), record.get("offsets", {})
     # As this plugin records it (a hand edit is not followed): a log name other than the kept logs' could copy a
     # file anywhere, an offset of ``true`` or Infinity is no position.
@@ -280,8 +289,9 @@ def release_kept(record: Any, run_dir: Path) -> list[str]:
         isinstance(offsets, dict) and all(name in KEPT_LOGS and is_int(at) and at >= 0 for name, at in offsets.items())
     ):
         return [
+            *earlier,
             f"the run's Gym state file ({run_dir / STATE_FILE}) does not record the kept Gym as pytest-gym records "
-            "it: its lease ends with this run, and it stops when unused (python -m pytest_gym stop-kept POOL)"
+            "it: its lease ends with this run, and it stops when unused (python -m pytest_gym stop-kept POOL)",
         ]
     entry = Path(entry_text)
     if isinstance(record.get("recorder_url"), str):
@@ -300,9 +310,10 @@ def release_kept(record: Any, run_dir: Path) -> list[str]:
         give_back(entry, run_dir)
     how = "attached to" if record.get("reused") else "started and kept"
     return [
+        *earlier,
         f"--gym-reuse: {how} the Gym in {entry}; it stays up for the next run with these settings and stops when "
         f"unused for {record.get('idle', 0):g} s or when process {record.get('owner')} ends "
-        f"(now: python -m pytest_gym stop-kept {entry.parent})"
+        f"(now: python -m pytest_gym stop-kept {entry.parent})",
     ]
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 #: Bounds on what a summary read back may hold: far above any real run, far below harm.
 MAX_SUITES = 10_000
 MAX_K = 10_000
-_K = re.compile(r"[0-9]{1,5}")
+_K = re.compile(r"[1-9][0-9]{0,4}")  # as written: str(k), k >= 1; "0" and "01" are no k a run wrote
 
 
 #: Suite sections left out of the JSON when they do not apply (as the summary always did).

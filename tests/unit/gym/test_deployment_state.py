@@ -76,6 +76,18 @@ def test_a_hand_edited_state_file_ends_the_run_with_a_note_not_a_traceback(
     assert "stop what it started by hand" in notes[0]
 
 
+def test_why_reuse_did_not_keep_the_gym_is_still_said_when_its_state_file_was_hand_edited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    signalled: list[Supervised] = []
+    monkeypatch.setattr(groups, "stop_supervised", lambda items: signalled.extend(items) or [])
+    write_state(tmp_path, {"started": "gym", "reuse_note": "--gym-reuse: every kept Gym with these settings is in use"})
+    notes = release(GymSettings(resources_server="mcqa"), tmp_path)
+    assert signalled == []
+    assert notes[0] == "--gym-reuse: every kept Gym with these settings is in use"
+    assert "stop what it started by hand" in notes[1]
+
+
 def test_stopping_a_kept_gym_whose_state_file_was_hand_edited_says_so_and_signals_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -166,6 +166,58 @@ def test_a_kept_gym_found_dead_is_started_again(starts: FakeStarts, pool: Path, 
     assert gym_pid(entry) != first
 
 
+def dead_head(entry: Path) -> None:
+    """The kept Gym's record names a head that no longer answers (port 9: discard, closed here)."""
+    state = json.loads((entry / STATE_FILE).read_text())
+    state["endpoint"]["head_url"] = "http://127.0.0.1:9"
+    (entry / STATE_FILE).write_text(json.dumps(state))
+
+
+def test_a_kept_gym_that_died_is_started_again_and_the_run_says_why(
+    starts: FakeStarts, pool: Path, tmp_path: Path
+) -> None:
+    """Killed from outside (OOM, a reboot of its owner's session): its record stays; the next run says why it did
+    not attach but started a new one, with what became of the old one."""
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
+    release_kept(record, tmp_path / "run1")
+    entry = Path(record["entry"])
+    first = gym_pid(entry)
+    os.killpg(first, 9)
+    dead_head(entry)  # the stand-in head plays every Gym here: this one's stops answering with it
+    deadline = time.monotonic() + 30
+    while group_alive(first) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid())
+    notes = release_kept(again, tmp_path / "run2")
+    assert not again["reused"]
+    assert gym_pid(entry) != first
+    assert notes[0].startswith(f"--gym-reuse: the kept Gym in {entry} was not running as recorded")
+    assert "this run started a new one there; the old one: gym: " in notes[0]
+    assert "stays up for the next run" in notes[-1]
+
+
+@pytest.mark.parametrize("started", ["gym", {"supervised": [{"name": "gym", "pid": 0}]}], ids=["text", "pid-0"])
+def test_a_kept_gym_whose_record_was_edited_by_hand_is_replaced_and_the_run_says_what_was_not_stopped(
+    starts: FakeStarts, pool: Path, tmp_path: Path, started: Any
+) -> None:
+    _, record = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
+    release_kept(record, tmp_path / "run1")
+    entry = Path(record["entry"])
+    first = gym_pid(entry)
+    try:
+        dead_head(entry)
+        state = json.loads((entry / STATE_FILE).read_text())
+        (entry / STATE_FILE).write_text(json.dumps({**state, "started": started}))
+        _, again = acquire_kept(settings_for(pool), tmp_path / "run2", os.getpid())
+        notes = release_kept(again, tmp_path / "run2")
+        assert group_alive(first)  # nothing signalled on a hand-edited file's word
+        assert not again["reused"]
+        assert f"the kept Gym in {entry} was not running as recorded" in notes[0]
+        assert "stop what it started by hand" in notes[0] or "was not stopped" in notes[0]
+    finally:
+        os.killpg(first, 9)
+
+
 def test_stop_kept_leaves_a_gym_a_live_run_holds(starts: FakeStarts, pool: Path, tmp_path: Path) -> None:
     _, free = acquire_kept(settings_for(pool), tmp_path / "run1", os.getpid())
     release_kept(free, tmp_path / "run1")

@@ -12,9 +12,10 @@ from pytest_gym.runfolder.layout import SUMMARY_FILE
 from pytest_gym.runfolder.summary import read_summary, write_summary
 
 
-@pytest.mark.parametrize("k", ["\u00b2", "\u0663", "9" * 5000, "1.5", "-1", "10001"])
+@pytest.mark.parametrize("k", ["\u00b2", "\u0663", "9" * 5000, "1.5", "-1", "10001", "0", "01", "00001", " 1"])
 def test_a_pass_at_k_that_is_not_a_number_of_repeats_is_a_summary_error_naming_the_file(tmp_path: Path, k: str) -> None:
-    """``str.isdigit`` takes "²" and "٣", which ``int`` refuses; ``int`` refuses more than 4300 digits."""
+    """``str.isdigit`` takes "²" and "٣", which ``int`` refuses; ``int`` refuses more than 4300 digits. "01" would
+    read as k 1 beside a "1" (two values for one k), and the report looks pass@1 up as "1"."""
     data = {"run_dir": str(tmp_path), "suites": {"qa": {"pass_at": {k: 1.0}}}}
     (tmp_path / SUMMARY_FILE).write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(SummaryError, match=f"{SUMMARY_FILE}: suite 'qa': pass_at has a k"):
