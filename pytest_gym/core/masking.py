@@ -52,9 +52,10 @@ _FRAGMENT = 8
 #: A known secret cut short ends where the token of the text ends (an excerpt's "...", the end of a line).
 _TOKEN_CHAR = re.compile(r"[A-Za-z0-9]")
 _BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/=\-]+)", re.IGNORECASE)
+#: A password runs to the last ``@`` before the host, as URL parsers read it (``user:p@ss@host``: ``p@ss``).
 _URL_USERINFO = re.compile(
     r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^/\s:@?#\"'<>]*)"
-    r"(?::(?P<password>[^/\s@?#\"'<>]*))?@"
+    r"(?::(?P<password>[^/\s?#\"'<>]*))?@"
 )
 #: ``\"key\": \"value\"`` too: JSON quoted inside a JSON string or a log line (a wrapped error body); and a
 #: URL query's bare ``key`` (``?key=AIza...``), which the settings refuse as a credential too.

@@ -264,13 +264,16 @@ WRAPPED_KEY = "sk-" + "Wr4pP3dK3yZy9xWv8uTs7rQp6oNm5lKj4iHg3fEd"
 #: An upstream error body quoted as text inside Gym's JSON error, as Gym wraps what its model call returned.
 UPSTREAM = json.dumps({"error": {"message": "invalid key", "api_key": WRAPPED_KEY}})
 GOOGLE_URL = f"https://generativelanguage.googleapis.com/v1beta/models/m:generateContent?key={GOOGLE_KEY}&alt=sse"
+#: A judge's password holding an unencoded "@", in the URL a connection error prints.
+JUDGE_PASSWORD = "p@ss-9f8e7d6c5b4a"
+JUDGE_ERROR = f"ConnectError: https://judge:{JUDGE_PASSWORD}@judge.example.com/v1 refused"
 
 
-def test_a_wrapped_upstream_error_and_a_query_key_echoed_by_gym_are_masked(
+def test_a_wrapped_upstream_error_a_query_key_and_a_password_with_an_at_echoed_by_gym_are_masked(
     pytester: pytest.Pytester, dataset: Path, fake_gym: StandinGym
 ) -> None:
     def answer(request: Request) -> Answer:
-        said = f"model call to {GOOGLE_URL} failed: {UPSTREAM}"
+        said = f"model call to {GOOGLE_URL} failed: {UPSTREAM}; judge: {JUDGE_ERROR}"
         if request.json()["_ng_task_index"] == 0:  # an error: its message quotes Gym's body as text
             return reply({"detail": said}, 500)
         return reply({"reward": 0.0, "failure_reason": said, "log": json.dumps({"line": said})})
@@ -280,7 +283,7 @@ def test_a_wrapped_upstream_error_and_a_query_key_echoed_by_gym_are_masked(
     out = assert_contained(pytester, result)
     result.assert_outcomes(failed=2, errors=1)
     files = [p for p in pytester.path.rglob("*") if p.is_file() and not p.is_symlink()]
-    for secret in (GOOGLE_KEY, WRAPPED_KEY):
+    for secret in (GOOGLE_KEY, WRAPPED_KEY, JUDGE_PASSWORD, JUDGE_PASSWORD.split("@")[1]):
         assert secret not in out + result.stderr.str()
         assert [str(p) for p in files if secret.encode() in p.read_bytes()] == []
     # What is no credential stays: the URL, its other query key, the upstream's message.
@@ -288,3 +291,4 @@ def test_a_wrapped_upstream_error_and_a_query_key_echoed_by_gym_are_masked(
     assert "generateContent?key=***&alt=sse" in rollouts
     assert '\\\\\\"api_key\\\\\\": \\\\\\"***\\\\\\"' in rollouts  # the log: JSON in JSON in the record
     assert "invalid key" in rollouts
+    assert "https://judge:***@judge.example.com/v1" in rollouts

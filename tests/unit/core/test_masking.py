@@ -86,6 +86,11 @@ def policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
             "https://h.blob.core.windows.net/c/b?sv=2021&sig=AbC%2Bd",
             "https://h.blob.core.windows.net/c/b?sv=2021&sig=***",
         ),
+        # A password holding "@" runs to the last "@" before the host, as URL parsers read it.
+        (
+            "ConnectError: https://judge:p@ss-9f8e7d@judge.example/v1",
+            "ConnectError: https://judge:***@judge.example/v1",
+        ),
         # A URL query's bare key (Google's ?key=AIza...), refused by the settings as a credential too.
         ("https://g.example/v1/m?key=AIzaSyD-0123456789abcdefGHIJ&alt=json", "https://g.example/v1/m?key=***&alt=json"),
         ("the key=value pair, ?key=1, a monkey=banana12345, ?turkey=club12345", None),
