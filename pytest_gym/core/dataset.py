@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.core.masking import clean_text
+from pytest_gym.core.masking import clean_text, mask_secrets
 
 REQUIRED_KEY = "responses_create_params"
 HASH_PREFIX_LEN = 12
@@ -263,11 +263,13 @@ def task_label(fields: Sequence[tuple[str, str]], names: Sequence[str] = LABEL_F
 
     Only letters, digits and ``_.@+-`` are kept (others become ``_``), so the label never breaks a node id
     (no ``::``, ``[``, ``/`` or space) and can be pasted into a shell; cut to ``LABEL_MAX``. Empty without one.
+    A credential in it is masked first (and so left out): pytest prints node ids unmasked (``-v``, ``--co``,
+    failure headers), and a cut key would escape the mask everywhere else.
     """
     for name in names:
         for field_name, value in fields:
             if field_name == name:
-                label = _LABEL_UNSAFE.sub("_", value).strip("_.-")[:LABEL_MAX].rstrip("_.-")
+                label = _LABEL_UNSAFE.sub("_", mask_secrets(value)).strip("_.-")[:LABEL_MAX].rstrip("_.-")
                 if label:
                     return label
     return ""

@@ -52,13 +52,17 @@ _FRAGMENT = 8
 #: A known secret cut short ends where the token of the text ends (an excerpt's "...", the end of a line).
 _TOKEN_CHAR = re.compile(r"[A-Za-z0-9]")
 _BEARER = re.compile(r"\b(?P<scheme>Bearer|Basic)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/=\-]+)", re.IGNORECASE)
+#: A password runs to the last ``@`` before the host, as URL parsers read it (``user:p@ss@host``: ``p@ss``).
 _URL_USERINFO = re.compile(
     r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^/\s:@?#\"'<>]*)"
-    r"(?::(?P<password>[^/\s@?#\"'<>]*))?@"
+    r"(?::(?P<password>[^/\s?#\"'<>]*))?@"
 )
+#: ``\"key\": \"value\"`` too: JSON quoted inside a JSON string or a log line (a wrapped error body); and a
+#: URL query's bare ``key`` (``?key=AIza...``), which the settings refuse as a credential too.
 _KEY_VALUE = re.compile(
-    rf"""(?<![\w.\-])(?P<q>["']?)(?P<key>(?=[\w.\-]*?{_SECRET_WORD})[\w.\-]+)(?P=q)(?P<sep>\s*[:=]\s*)"""
-    r"""(?P<value>\$\{[^}\n]*\}|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'"""
+    rf"""(?<![\w.\-])(?P<q>\\?["']|)(?P<key>(?=[\w.\-]*?{_SECRET_WORD})[\w.\-]+|(?<=[?&])key(?==))(?P=q)"""
+    r"""(?P<sep>\s*[:=]\s*)(?P<value>\$\{[^}\n]*\}|\\"[^"\n]*?\\"|\\'[^'\n]*?\\'"""
+    r"""|"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*'"""
     r"""|(?:(?:Bearer|Basic)\s+)?[^\s,;&"'<>(){}\[\]\\]+)""",
     re.IGNORECASE,
 )
@@ -69,10 +73,13 @@ _SCHEME_PREFIX = re.compile(r"(?:Bearer|Basic)\s+", re.IGNORECASE)
 _KEY_WORDS = tuple(f"{word}{sep}key" for word in ("api", "access", "private") for sep in ("_", "-", ""))
 #: "sig" only as a key (``sig=``, ``"sig":``): as a bare word it is in design, signal, assign.
 _SIG_HINTS = ("sig=", 'sig"', "sig'", "sig:", "signature")
+#: A URL query's bare ``key`` (``?key=``, ``&key=``).
+_QUERY_KEY_HINTS = ("?key=", "&key=")
 _KEY_HINTS = (*_KEY_WORDS, "secret", "passw", "passphrase", "authorization", "credential", "token", *_SIG_HINTS)
+_KEY_HINTS += _QUERY_KEY_HINTS
 _SCHEME_HINTS = ("bearer", "basic")
 _WORD_HINTS = (*_KEY_WORDS, "secret", "passw", "passphrase", "authorization", "credential", "bearer", "basic")
-_WORD_HINTS += _SIG_HINTS
+_WORD_HINTS += (*_SIG_HINTS, *_QUERY_KEY_HINTS)
 
 
 def group_hints(hints: tuple[str, ...], cores: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -98,7 +105,9 @@ def holds_a_hint(lower: str, groups: tuple[tuple[str, tuple[str, ...]], ...]) ->
     return False
 
 
-_WORD_HINT_GROUPS = group_hints(_WORD_HINTS, ("api", "access", "private", "sig", "pass"))
+#: The cores of the hints, each searched once before its hints (``key=`` holds the query hints).
+_HINT_CORES = ("api", "access", "private", "sig", "pass", "key=")
+_WORD_HINT_GROUPS = group_hints(_WORD_HINTS, _HINT_CORES)
 
 #: Values a secret-looking key may keep: numbers, JSON/Python literals, an already masked value, and
 #: placeholders (``token=...``, ``token=VALUE``, ``token=$GITHUB_TOKEN``: a hint, not a credential).
@@ -413,8 +422,8 @@ class Masker:
 
     def _key_value(self, match: re.Match[str]) -> str:
         value = match.group("value")
-        quote = value[0] if value[:1] in ("'", '"') else ""
-        inner = value[1:-1] if quote else value
+        quote = value[:2] if value[:2] in ("\\'", '\\"') else value[:1] if value[:1] in ("'", '"') else ""
+        inner = value[len(quote) : -len(quote)] if quote else value
         scheme = _SCHEME_PREFIX.match(inner)
         prefix = scheme.group(0) if scheme else ""
         secret = inner[len(prefix) :]

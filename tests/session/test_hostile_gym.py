@@ -256,3 +256,39 @@ def test_huge_rewards_and_a_lone_surrogate_metric_name_still_give_a_report(
     assert "mean/x" in page
     summary = json.loads((pytester.path / "run" / "pytest_gym_summary.json").read_text())
     assert summary["suites"]
+
+
+#: A key only its shape and place give away: no variable holds it, Gym echoes it from an upstream error.
+GOOGLE_KEY = "AIzaSyD-" + "Qw3rTy7uIo0pAs5dFg8hJk2lZx4cVb6nM1"
+WRAPPED_KEY = "sk-" + "Wr4pP3dK3yZy9xWv8uTs7rQp6oNm5lKj4iHg3fEd"
+#: An upstream error body quoted as text inside Gym's JSON error, as Gym wraps what its model call returned.
+UPSTREAM = json.dumps({"error": {"message": "invalid key", "api_key": WRAPPED_KEY}})
+GOOGLE_URL = f"https://generativelanguage.googleapis.com/v1beta/models/m:generateContent?key={GOOGLE_KEY}&alt=sse"
+#: A judge's password holding an unencoded "@", in the URL a connection error prints.
+JUDGE_PASSWORD = "p@ss-9f8e7d6c5b4a"
+JUDGE_ERROR = f"ConnectError: https://judge:{JUDGE_PASSWORD}@judge.example.com/v1 refused"
+
+
+def test_a_wrapped_upstream_error_a_query_key_and_a_password_with_an_at_echoed_by_gym_are_masked(
+    pytester: pytest.Pytester, dataset: Path, fake_gym: StandinGym
+) -> None:
+    def answer(request: Request) -> Answer:
+        said = f"model call to {GOOGLE_URL} failed: {UPSTREAM}; judge: {JUDGE_ERROR}"
+        if request.json()["_ng_task_index"] == 0:  # an error: its message quotes Gym's body as text
+            return reply({"detail": said}, 500)
+        return reply({"reward": 0.0, "failure_reason": said, "log": json.dumps({"line": said})})
+
+    fake_gym.routes["/run"] = answer
+    result = run(pytester, fake_gym, "-rA", "-v", "--gym-summary", "summary.json")
+    out = assert_contained(pytester, result)
+    result.assert_outcomes(failed=2, errors=1)
+    files = [p for p in pytester.path.rglob("*") if p.is_file() and not p.is_symlink()]
+    for secret in (GOOGLE_KEY, WRAPPED_KEY, JUDGE_PASSWORD, JUDGE_PASSWORD.split("@")[1]):
+        assert secret not in out + result.stderr.str()
+        assert [str(p) for p in files if secret.encode() in p.read_bytes()] == []
+    # What is no credential stays: the URL, its other query key, the upstream's message.
+    rollouts = (pytester.path / "run" / "rollouts.jsonl").read_text()
+    assert "generateContent?key=***&alt=sse" in rollouts
+    assert '\\\\\\"api_key\\\\\\": \\\\\\"***\\\\\\"' in rollouts  # the log: JSON in JSON in the record
+    assert "invalid key" in rollouts
+    assert "https://judge:***@judge.example.com/v1" in rollouts

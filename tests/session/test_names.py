@@ -92,3 +92,31 @@ def test_verbose_lines_are_the_node_ids(pytester: pytest.Pytester) -> None:
     run = earlier_run(pytester, {"d.jsonl": [(ROWS[0], [1.0])]})
     result = pytester.runpytest(*reuse(run, "d.jsonl", repeats=1), "-v")
     result.stdout.fnmatch_lines([f"d.jsonl::{short(ROWS[0])}-q5?r0? PASSED*"])
+
+
+#: A key of the policy's shape, set as the policy key: a row whose id holds it must not name its test with it.
+KEY = "nvapi-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7dEf0hIj3kLm6nOp9qRs2tUv5wXy8z"
+
+
+def test_a_label_holding_a_secret_is_left_out_of_the_node_id(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GYM_POLICY_API_KEY", KEY)
+    leaky = row(0, id=KEY)
+    run = earlier_run(pytester, {"d.jsonl": [(leaky, [0.0]), (ROWS[0], [1.0])]})
+    result = pytester.runpytest(*reuse(run, "d.jsonl", repeats=1), "-v", "-rA", "--junitxml", "r.xml")
+    result.assert_outcomes(passed=1, failed=1)
+    collected = pytester.runpytest(*reuse(run, "d.jsonl", repeats=1), "--co", "-q")
+    # The hash alone names it, the same in the terminal, JUnit and the run folder (not "<hash>-***" in some).
+    nodeid = f"d.jsonl::{short(leaky)}[r0]"
+    assert nodeid in collected.stdout.lines
+    result.stdout.fnmatch_lines([f"d.jsonl::{short(leaky)}?r0? FAILED*"])
+    assert {case.get("name") for case in ET.parse(pytester.path / "r.xml").iter("testcase")} == {
+        f"{short(leaky)}[r0]",
+        f"{short(ROWS[0])}-q5[r0]",
+    }
+    cut = KEY[:16]  # the label is cut to 40 characters: any part of the key is a leak
+    for out in (result, collected):
+        assert cut not in out.stdout.str() + out.stderr.str()
+    written = [p for p in latest_run(pytester).rglob("*") if p.is_file()]
+    assert [str(p) for p in written if cut.encode() in p.read_bytes()] == []

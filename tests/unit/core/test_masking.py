@@ -86,6 +86,20 @@ def policy_key(monkeypatch: pytest.MonkeyPatch) -> None:
             "https://h.blob.core.windows.net/c/b?sv=2021&sig=AbC%2Bd",
             "https://h.blob.core.windows.net/c/b?sv=2021&sig=***",
         ),
+        # A password holding "@" runs to the last "@" before the host, as URL parsers read it.
+        (
+            "ConnectError: https://judge:p@ss-9f8e7d@judge.example/v1",
+            "ConnectError: https://judge:***@judge.example/v1",
+        ),
+        # A URL query's bare key (Google's ?key=AIza...), refused by the settings as a credential too.
+        ("https://g.example/v1/m?key=AIzaSyD-0123456789abcdefGHIJ&alt=json", "https://g.example/v1/m?key=***&alt=json"),
+        ("the key=value pair, ?key=1, a monkey=banana12345, ?turkey=club12345", None),
+        # JSON quoted in a JSON string or a log line (an upstream error body Gym wraps).
+        ('{\\"error\\": {\\"api_key\\": \\"escKEYabc123XYZ789\\"}}', '{\\"error\\": {\\"api_key\\": \\"***\\"}}'),
+        (
+            '\\"password\\":\\"hunter22\\", \\"token\\": \\"a unit of text\\"',
+            '\\"password\\":\\"***\\", \\"token\\": \\"a unit of text\\"',
+        ),
     ],
 )
 def test_mask_secrets(text: str, masked: str | None) -> None:
@@ -457,7 +471,7 @@ def test_the_grouped_hint_search_says_what_a_search_per_hint_says(text: str) -> 
 
 
 def test_every_hint_is_in_exactly_one_group() -> None:
-    groups = group_hints(_WORD_HINTS, ("api", "access", "private", "sig", "pass"))
+    groups = group_hints(_WORD_HINTS, ("api", "access", "private", "sig", "pass", "key="))
     listed = [hint for core, members in groups for hint in (members or (core,))]
     assert sorted(listed) == sorted(_WORD_HINTS)
     assert all(core in hint for core, members in groups for hint in members)
