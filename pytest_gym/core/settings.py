@@ -395,11 +395,19 @@ def gym_config_path(value: str, base: Path) -> str:
     if path.is_absolute():
         return os.path.abspath(path)
     roots = [Path(d) for d in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if d]
-    if any((root / path).exists() for root in roots):
+    if any(_exists(root / path) for root in roots):
         return value
-    if (base / path).exists():
+    if _exists(base / path):
         return os.path.abspath(base / path)
     return value
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False for a name the file system refuses to look up (too long): found nowhere."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_path(value: str, base: Path) -> Path:
