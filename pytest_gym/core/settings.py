@@ -60,7 +60,7 @@ class GymSettings(BaseModel):
     reward_key: str = Field("reward", min_length=1)
     min_reward: float = 1.0
     retries: int = Field(0, ge=0, le=100)
-    max_errors: str | None = Field(None, pattern=r"^\s*\d+(\.\d+)?\s*%?\s*$")
+    max_errors: str | None = Field(None, pattern=r"^\s*[0-9]+(\.[0-9]+)?\s*%?\s*$")
     resume: str | None = None
     rescore: str | None = None
     rescore_force: bool = False
