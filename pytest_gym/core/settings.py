@@ -94,7 +94,7 @@ class GymSettings(BaseModel):
     search_dir: tuple[str, ...] = ()
     benchmark_data: str | None = None
     # -- sharding across CI jobs (issue 15) --
-    shard: str | None = Field(None, pattern=r"^\s*(\d+\s*/\s*\d+|auto)\s*$")
+    shard: str | None = Field(None, pattern=r"^\s*([0-9]+\s*/\s*[0-9]+|auto)\s*$")
     shard_verdicts: bool = False
     merge: tuple[str, ...] = ()
     merge_allow_missing: bool = False
