@@ -30,7 +30,8 @@ RECORDER_POLICIES = ("record", "replay")
 class GymSettings(BaseModel):
     """Resolved settings of one run. Values only: serialisable, so they can reach xdist workers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: No NaN or infinity: a minimum reward of nan fails every trial, a timeout of inf is no timeout.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     dataset: tuple[str, ...] = ()
     repeats: int = Field(1, ge=1, le=100_000)

@@ -32,3 +32,31 @@ def test_reuse_with_an_attached_gym_is_a_usage_error_naming_both(pytester: pytes
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--gym-reuse keeps a Gym this run starts*with --gym-url nothing is started*"])
     assert not (pytester.path / "kept").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--gym-min-reward", "nan"),
+        ("--gym-min-reward", "-inf"),
+        ("--gym-trial-timeout", "inf"),
+        ("--gym-startup-timeout", "1e400"),
+        ("--gym-max-regression", "Infinity"),
+        ("--gym-policy-latency-ms", "inf"),
+    ],
+)
+def test_nan_and_infinity_are_no_setting_values(
+    pytester: pytest.Pytester, example: Path, option: str, value: str
+) -> None:
+    """A minimum reward of nan failed every trial and one of -inf passed every one; a timeout of inf was taken."""
+    result = pytester.runpytest("--co", "--gym-dataset", "example.jsonl", f"{option}={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    name = option.removeprefix("--gym-").replace("-", "_")
+    result.stderr.fnmatch_lines([f"*invalid value '{value}' for {name} from command line ({option})*finite number*"])
+
+
+def test_nan_in_the_ini_file_is_no_minimum_reward(pytester: pytest.Pytester, example: Path) -> None:
+    pytester.makeini("[pytest]\ngym_min_reward = nan\n")
+    result = pytester.runpytest("--co", "--gym-dataset", "example.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid value 'nan' for min_reward from ini file (gym_min_reward)*finite number*"])
