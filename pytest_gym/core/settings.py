@@ -7,6 +7,7 @@ A bad value is reported with where it came from, so the fix is obvious.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
@@ -362,6 +363,15 @@ def resolve(
             )
         if spec.name == "dataset":
             raw = tuple(dict.fromkeys(raw))  # once each: pytest < 8.1 would collect a path given twice twice
+        if spec.is_path and spec.name != "config":
+            for path in raw if isinstance(raw, tuple) else (raw,):
+                if _too_long(path):
+                    name = max(Path(path).parts, key=len)
+                    raise SettingError(
+                        f"pytest-gym: invalid value for {spec.name} from {_where(source, spec)}: a name of {len(name)} "
+                        f"characters ({name[:20]!r}...) is too long for a path (the file system refuses to look it "
+                        "up); give the path of a file or folder"
+                    )
         try:
             values[spec.name] = _validate_one(spec.name, raw)
         except ValidationError as exc:
@@ -371,6 +381,15 @@ def resolve(
                 f"pytest-gym: invalid value {shown} for {spec.name} from {_where(source, spec)}: {reason}"
             ) from None
     return GymSettings(**values)
+
+
+def _too_long(path: str) -> bool:
+    """Whether the file system refuses to look ``path`` up (ENAMETOOLONG): every later exists() would raise."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ENAMETOOLONG
+    return False
 
 
 def _credentials(name: str, raw: Any) -> str | None:

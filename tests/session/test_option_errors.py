@@ -60,3 +60,19 @@ def test_nan_in_the_ini_file_is_no_minimum_reward(pytester: pytest.Pytester, exa
     result = pytester.runpytest("--co", "--gym-dataset", "example.jsonl")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*invalid value 'nan' for min_reward from ini file (gym_min_reward)*finite number*"])
+
+
+@pytest.mark.parametrize(
+    "option", ["--gym-resume", "--gym-rescore", "--gym-baseline-run", "--gym-merge", "--gym-run-dir", "--gym-dataset"]
+)
+def test_a_path_too_long_for_the_file_system_is_a_usage_error(
+    pytester: pytest.Pytester, example: Path, option: str
+) -> None:
+    """Its first exists() or is_dir() raised OSError (ENAMETOOLONG): an INTERNALERROR."""
+    result = pytester.runpytest("--co", "--gym-dataset", "example.jsonl", f"{option}={'x' * 300}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    name = option.removeprefix("--gym-").replace("-", "_")
+    result.stderr.fnmatch_lines(
+        [f"*invalid value for {name} from command line ({option}): a name of 300 characters ('xxxx*'...) is too long*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
