@@ -76,3 +76,25 @@ def test_a_path_too_long_for_the_file_system_is_a_usage_error(
         [f"*invalid value for {name} from command line ({option}): a name of 300 characters ('xxxx*'...) is too long*"]
     )
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("script", "problem"),
+    [
+        ("not json", "Expecting value"),
+        ("[1, 2]", "a JSON list, not an object"),
+        ('{"latency_ms": "fast"}', "could not convert string to float"),
+        ('{"answr": "B"}', "unknown script keys: answr"),
+    ],
+)
+def test_a_bad_policy_script_variable_is_a_usage_error_before_anything_starts(
+    pytester: pytest.Pytester, example: Path, monkeypatch: pytest.MonkeyPatch, script: str, problem: str
+) -> None:
+    """It failed the scripted policy's process: every trial errored, with the policy's traceback as the reason."""
+    monkeypatch.setenv("PYTEST_GYM_POLICY_SCRIPT", script)
+    result = pytester.runpytest(
+        "--gym-dataset", "example.jsonl", "--gym-policy", "scripted", "--gym-resources-server", "mcqa",
+        "--gym-cli=/bin/false",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*$PYTEST_GYM_POLICY_SCRIPT is no policy script ({problem}*); give a JSON object*"])
