@@ -160,7 +160,8 @@ def _history(args: argparse.Namespace) -> int:
     try:
         data = write_history(folders, output, Path(args.json) if args.json else None)
     except OSError as exc:
-        print(f"pytest-gym history: cannot write {output}: {exc.strerror or exc}", file=sys.stderr)
+        where = exc.filename2 or exc.filename or output  # the page or the --json file (filename2: os.replace's target)
+        print(f"pytest-gym history: cannot write {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     for run in data["runs"]:
         if run["problem"]:

@@ -30,9 +30,17 @@ def values_after_a_space(args: Sequence[str], invocation_dir: Path) -> list[tupl
     """(flag, value) for each pytest-gym option given as ``--gym-x VALUE`` whose value is an existing path."""
     found = []
     for flag, value in itertools.pairwise(args):
-        if flag in VALUE_FLAGS and not value.startswith("-") and (invocation_dir / value).exists():
+        if flag in VALUE_FLAGS and not value.startswith("-") and _exists(invocation_dir / value):
             found.append((flag, value))
     return found
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False for a value no file can have (too long a name): most values are not paths."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def _setup(config: pytest.Config, args: Sequence[str]) -> tuple[Path, Path | None] | None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from pytest_gym.core.settings import GymSettings, resolve
 from pytest_gym.judge.gates import GateSyntaxError, parse_gate
@@ -46,6 +46,14 @@ class SuiteFile(BaseModel):
     max_tokens: int | None = Field(None, ge=0)
     repeats_adaptive: bool | None = None
     sequential: bool | None = None
+
+    @field_validator("repeats", "min_reward", "max_regression", "max_cost", "max_tokens", mode="before")
+    @classmethod
+    def _no_switch_as_number(cls, value: Any) -> Any:
+        """``repeats: true`` is no count of 1 (pydantic reads a bool as a number)."""
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number, got {str(value).lower()}")
+        return value
 
 
 def load_suite_file(path: Path) -> SuiteFile:

@@ -7,6 +7,7 @@ A bad value is reported with where it came from, so the fix is obvious.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import re
@@ -30,7 +31,8 @@ RECORDER_POLICIES = ("record", "replay")
 class GymSettings(BaseModel):
     """Resolved settings of one run. Values only: serialisable, so they can reach xdist workers."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: No NaN or infinity: a minimum reward of nan fails every trial, a timeout of inf is no timeout.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     dataset: tuple[str, ...] = ()
     repeats: int = Field(1, ge=1, le=100_000)
@@ -60,7 +62,7 @@ class GymSettings(BaseModel):
     reward_key: str = Field("reward", min_length=1)
     min_reward: float = 1.0
     retries: int = Field(0, ge=0, le=100)
-    max_errors: str | None = Field(None, pattern=r"^\s*\d+(\.\d+)?\s*%?\s*$")
+    max_errors: str | None = Field(None, pattern=r"^\s*[0-9]+(\.[0-9]+)?\s*%?\s*$")
     resume: str | None = None
     rescore: str | None = None
     rescore_force: bool = False
@@ -94,7 +96,7 @@ class GymSettings(BaseModel):
     search_dir: tuple[str, ...] = ()
     benchmark_data: str | None = None
     # -- sharding across CI jobs (issue 15) --
-    shard: str | None = Field(None, pattern=r"^\s*(\d+\s*/\s*\d+|auto)\s*$")
+    shard: str | None = Field(None, pattern=r"^\s*([0-9]+\s*/\s*[0-9]+|auto)\s*$")
     shard_verdicts: bool = False
     merge: tuple[str, ...] = ()
     merge_allow_missing: bool = False
@@ -361,6 +363,15 @@ def resolve(
             )
         if spec.name == "dataset":
             raw = tuple(dict.fromkeys(raw))  # once each: pytest < 8.1 would collect a path given twice twice
+        if spec.is_path and spec.name != "config":
+            for path in raw if isinstance(raw, tuple) else (raw,):
+                if _too_long(path):
+                    name = max(Path(path).parts, key=len)
+                    raise SettingError(
+                        f"pytest-gym: invalid value for {spec.name} from {_where(source, spec)}: a name of {len(name)} "
+                        f"characters ({name[:20]!r}...) is too long for a path (the file system refuses to look it "
+                        "up); give the path of a file or folder"
+                    )
         try:
             values[spec.name] = _validate_one(spec.name, raw)
         except ValidationError as exc:
@@ -370,6 +381,15 @@ def resolve(
                 f"pytest-gym: invalid value {shown} for {spec.name} from {_where(source, spec)}: {reason}"
             ) from None
     return GymSettings(**values)
+
+
+def _too_long(path: str) -> bool:
+    """Whether the file system refuses to look ``path`` up (ENAMETOOLONG): every later exists() would raise."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ENAMETOOLONG
+    return False
 
 
 def _credentials(name: str, raw: Any) -> str | None:
@@ -395,11 +415,19 @@ def gym_config_path(value: str, base: Path) -> str:
     if path.is_absolute():
         return os.path.abspath(path)
     roots = [Path(d) for d in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if d]
-    if any((root / path).exists() for root in roots):
+    if any(_exists(root / path) for root in roots):
         return value
-    if (base / path).exists():
+    if _exists(base / path):
         return os.path.abspath(base / path)
     return value
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; False for a name the file system refuses to look up (too long): found nowhere."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_path(value: str, base: Path) -> Path:

@@ -26,7 +26,11 @@ CI_VARIABLES: tuple[tuple[str, str, int], ...] = (
     ("BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT", 0),  # Buildkite `parallelism:`
     ("CIRCLE_NODE_INDEX", "CIRCLE_NODE_TOTAL", 0),  # CircleCI `parallelism:`
 )
-_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_SPEC = re.compile(r"^\s*([0-9]+)\s*/\s*([0-9]+)\s*$")  # ASCII digits: int() also reads "٣"
+_DIGITS = re.compile(r"\s*[0-9]+\s*")
+#: The most shards: the published jump hash's bucket range (a larger count overflows its float arithmetic).
+MAX_SHARDS = 2**31 - 1
+_TOO_MANY = 10**18
 _MULTIPLIER = 2862933555777941757
 _MASK64 = (1 << 64) - 1
 
@@ -68,12 +72,19 @@ class Shard:
 
 
 def _checked(index: int, count: int, source: str) -> Shard:
-    if count < 1 or not 1 <= index <= count:
+    if not 1 <= count <= MAX_SHARDS or not 1 <= index <= count:
+        shown = "/".join(str(n) if n < _TOO_MANY else "<more than 18 digits>" for n in (index, count))
         raise ShardError(
-            f"pytest-gym: --gym-shard {index}/{count} (from {source}) names no shard: "
-            "write I/N with 1 <= I <= N, e.g. --gym-shard 2/3 for the second of three jobs"
+            f"pytest-gym: --gym-shard {shown} (from {source}) names no shard: "
+            f"write I/N with 1 <= I <= N <= {MAX_SHARDS}, e.g. --gym-shard 2/3 for the second of three jobs"
         )
     return Shard(index, count, source)
+
+
+def _int(digits: str) -> int:
+    """ASCII digits as a number; past 18 of them, one more than any shard count (int() refuses 4300 digits)."""
+    digits = digits.strip()
+    return int(digits) if len(digits) <= 18 else _TOO_MANY
 
 
 def parse_shard(text: str, environ: Mapping[str, str]) -> Shard:
@@ -83,13 +94,12 @@ def parse_shard(text: str, environ: Mapping[str, str]) -> Shard:
             raw_index, raw_count = environ.get(index_var), environ.get(count_var)
             if raw_index is None or raw_count is None:
                 continue
-            try:
-                index, count = int(raw_index) - first + 1, int(raw_count)
-            except ValueError:
+            if not (_DIGITS.fullmatch(raw_index) and _DIGITS.fullmatch(raw_count)):
                 raise ShardError(
-                    f"pytest-gym: --gym-shard auto: {index_var}={raw_index!r}, {count_var}={raw_count!r} "
+                    f"pytest-gym: --gym-shard auto: {index_var}={raw_index[:40]!r}, {count_var}={raw_count[:40]!r} "
                     "are not numbers"
-                ) from None
+                )
+            index, count = _int(raw_index) - first + 1, _int(raw_count)
             return _checked(index, count, f"{index_var}={raw_index}, {count_var}={raw_count}")
         names = ", ".join(f"{i}/{c}" for i, c, _ in CI_VARIABLES)
         raise ShardError(
@@ -99,7 +109,7 @@ def parse_shard(text: str, environ: Mapping[str, str]) -> Shard:
     match = _SPEC.match(text)
     if match is None:
         raise ShardError(f"pytest-gym: --gym-shard {text!r}: write I/N (e.g. 2/3, 1-based) or auto")
-    return _checked(int(match.group(1)), int(match.group(2)), "--gym-shard / gym_shard")
+    return _checked(_int(match.group(1)), _int(match.group(2)), "--gym-shard / gym_shard")
 
 
 def shard_sizes(task_hashes: Iterable[str], count: int) -> list[int]:

@@ -158,9 +158,9 @@ def known_summary(found: SuiteKnown, stats: SuiteStats, lines: dict[str, int]) -
     return summary
 
 
-def _task(value: Any, path: Path, line: int) -> str:
-    if is_int(value):
-        value = str(value)  # an all-digit prefix reads as a number
+def _task(value: Any, path: Path, line: int, written: str | None) -> str:
+    if is_int(value):  # an all-digit prefix reads as a number: take it as written (YAML reads 01234567 as octal)
+        value = written if written is not None else str(value)
     if not isinstance(value, str) or not value.strip():
         raise KnownFailuresError(path, line, f"'task' must be a task hash prefix or a node id; {_FIX}")
     text = value.strip()
@@ -197,9 +197,12 @@ def _entry(node: Any, value: Any, number: int, path: Path, shown: str) -> KnownE
     if not isinstance(node, yaml.MappingNode) or not isinstance(value, dict):
         raise KnownFailuresError(path, line, f"entry {number} is not a mapping; {_FIX}")
     lines: dict[str, int] = {}
-    for key_node, _ in node.value:
+    written: dict[str, str] = {}
+    for key_node, value_node in node.value:
         key = str(key_node.value)
         key_line = key_node.start_mark.line + 1
+        if isinstance(value_node, yaml.ScalarNode):
+            written[key] = str(value_node.value)
         if key not in _KEYS:
             raise KnownFailuresError(path, key_line, f"unknown key {key[:40]!r} (an entry has {', '.join(_KEYS)})")
         if key in lines:
@@ -215,13 +218,32 @@ def _entry(node: Any, value: Any, number: int, path: Path, shown: str) -> KnownE
     if link is not None and (not isinstance(link, str) or not link.strip()):
         raise KnownFailuresError(path, lines["link"], "'link' must be text (a URL), or left out")
     return KnownEntry(
-        task=_task(value["task"], path, lines["task"]),
+        task=_task(value["task"], path, lines["task"], written.get("task")),
         reason=" ".join(reason.split())[:500],
         line=line,
         file=shown,
         link=link.strip()[:500] if isinstance(link, str) else None,
         expires=_expires(value.get("expires"), path, lines.get("expires", line)),
     )
+
+
+def _unreadable_line(text: str) -> int:
+    """The line of the first scalar PyYAML parses but cannot build (a date or a number out of range); else 1."""
+    import yaml
+
+    pending = [yaml.compose(text, Loader=yaml.SafeLoader)]
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, yaml.ScalarNode):
+            try:
+                yaml.SafeLoader("").construct_object(node)
+            except ValueError:
+                return int(node.start_mark.line) + 1
+        elif isinstance(node, yaml.SequenceNode):
+            pending[:0] = node.value
+        elif isinstance(node, yaml.MappingNode):
+            pending[:0] = [part for pair in node.value for part in pair]
+    return 1
 
 
 def load_known_failures(path: Path | str, shown: str | None = None, today: date | None = None) -> KnownFailures:
@@ -249,6 +271,13 @@ def load_known_failures(path: Path | str, shown: str | None = None, today: date 
         line = mark.line + 1 if mark is not None else 1
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise KnownFailuresError(path, line, f"not valid YAML ({problem})") from None
+    except RecursionError:  # PyYAML recurses once per nesting level
+        raise KnownFailuresError(path, 1, f"nested too deeply to read; {_FIX}") from None
+    except ValueError as exc:  # a scalar YAML cannot build: 2026-02-30, a number of thousands of digits
+        problem = "a number too long to read" if "digits" in str(exc) else f"a value that cannot be read ({exc})"
+        raise KnownFailuresError(
+            path, _unreadable_line(text), f"{problem}; 'expires' is a date such as 2026-12-31; {_FIX}"
+        ) from None
     found = KnownFailures(path, today=today or date.today())
     if node is None or data is None:
         return found

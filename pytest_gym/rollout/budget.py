@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pytest_gym.runfolder.layout import ERRORS_FILE
 
-_SPEC = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(%?)\s*$")
+_SPEC = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*$")  # ASCII digits: float() also reads "٣"
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ def parse_error_budget(text: str | None) -> ErrorBudget:
     if not match:
         raise ValueError(f"{text!r} is not a number of errors (e.g. 5) or a percentage of trials (e.g. 10%)")
     number, percent = float(match.group(1)), match.group(2) == "%"
+    if not math.isfinite(number):  # hundreds of digits: int() of it would raise OverflowError
+        shown = f"{text.strip()[:12]}... ({len(text.strip())} characters)"
+        raise ValueError(f"{shown} is too large for a number of errors (e.g. 5) or a percentage of trials (e.g. 10%)")
     if percent:
         if number > 100:
             raise ValueError(f"{text!r}: a percentage must be between 0% and 100%")

@@ -92,6 +92,8 @@ def build_plan(
             shard = parse_shard(settings.shard, os.environ if environ is None else environ)
         except ShardError as exc:
             raise PlanError(str(exc)) from None
+    if settings.policy == "scripted":
+        check_policy_script(settings, os.environ if environ is None else environ)
     merged = None
     if settings.merge:
         settings, merged = _merge_sources(settings, rootdir)
@@ -124,6 +126,17 @@ def gates_of(expressions: tuple[str, ...], where: str) -> list[Gate]:
         return parse_gates(expressions, where)
     except BadGate as exc:
         raise PlanError(str(exc)) from None
+
+
+def check_policy_script(settings: GymSettings, environ: Mapping[str, str]) -> None:
+    """``PYTEST_GYM_POLICY_SCRIPT`` is checked now: a bad one failed the policy process, and every trial with it."""
+    from pytest_gym.standins import SCRIPT_ENV
+    from pytest_gym.standins.policy import start_script
+
+    try:
+        start_script(settings.policy_answer, settings.model, settings.policy_latency_ms, environ.get(SCRIPT_ENV))
+    except ValueError as exc:
+        raise PlanError(f"pytest-gym: {exc}") from None
 
 
 def check_combinations(settings: GymSettings) -> None:

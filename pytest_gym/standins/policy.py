@@ -446,7 +446,16 @@ def start_script(answer: str, model: str | None, latency_ms: float, initial: str
     the same again when a run attaches to it (``pytest_gym.gym.kept``)."""
     script = Script(answer=answer, model=model or Script.model, latency_ms=latency_ms)
     if initial:
-        script.update(json.loads(initial))
+        try:
+            changes = json.loads(initial)
+            if not isinstance(changes, dict):
+                raise ValueError(f"a JSON {type(changes).__name__}, not an object")
+            script.update(changes)
+        except (ValueError, TypeError, RecursionError) as exc:
+            raise ValueError(
+                f"${SCRIPT_ENV} is no policy script ({exc}); give a JSON object of its keys, e.g. "
+                '{"tool_name": "get_weather", "tool_arguments": "{\\"city\\": \\"sf\\"}"}'
+            ) from None
     return script
 
 

@@ -178,6 +178,32 @@ def test_run_folder_is_never_reused(pytester: pytest.Pytester, dataset: Path) ->
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+def test_a_folder_of_the_users_is_no_run_folder_and_its_files_are_left_alone(
+    pytester: pytest.Pytester, dataset: Path
+) -> None:
+    """The run masks secrets in place in every file of its folder when it ends: ``--gym-run-dir=.`` (or ``/``)
+    overwrote the key in the project's .env with asterisks, even with ``--co``."""
+    mine = pytester.mkdir("mine")
+    env = mine / ".env"
+    env.write_text("OPENAI_API_KEY=sk-proj-abcdefghijklmnop1234567890\n")
+    result = pytester.runpytest("--co", "--gym-dataset", str(dataset), f"--gym-run-dir={mine}", *NO_GYM)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*run folder */mine is not empty (.env) and is no pytest-gym run folder*"])
+    assert env.read_text() == "OPENAI_API_KEY=sk-proj-abcdefghijklmnop1234567890\n"
+    assert sorted(p.name for p in mine.iterdir()) == [".env"]
+    (pytester.path / "file").write_text("")
+    result = pytester.runpytest("--co", "--gym-dataset", str(dataset), f"--gym-run-dir={pytester.path / 'file'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*run folder */file is a file*"])
+
+
+def test_an_empty_folder_or_one_an_attempt_left_is_a_run_folder(pytester: pytest.Pytester, dataset: Path) -> None:
+    run_dir = pytester.mkdir("out")
+    for _ in range(2):  # the second time it holds the first --co's lock file
+        result = pytester.runpytest("--co", "--gym-dataset", str(dataset), f"--gym-run-dir={run_dir}", *NO_GYM)
+        assert result.ret == pytest.ExitCode.OK
+
+
 def test_trial_items_expose_hash_line_and_repeat_to_hooks(pytester: pytest.Pytester, dataset: Path) -> None:
     pytester.makeconftest(
         """

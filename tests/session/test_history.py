@@ -125,3 +125,15 @@ def test_history_in_a_browser(nights: Path, browser: Any) -> None:
     assert browser.current_url.endswith("/runs/night2/report.html")
     assert "pytest-gym report" in browser.title
     assert console_errors(browser) == []
+
+
+def test_a_json_path_that_cannot_be_written_is_the_path_named(tmp_path: Path) -> None:
+    """``--json`` naming a folder: the message named the page (written fine), not the JSON path."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "taken").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_gym", "history", "run", "-o", "page.html", "--json", "taken"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "pytest-gym history: cannot write taken: Is a directory" in done.stderr

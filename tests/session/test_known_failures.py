@@ -85,6 +85,36 @@ def test_a_bad_file_names_its_line_and_the_fix(tmp_path: Path, text: str, line: 
     assert problem in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        ("- task: abcdef12\n  reason: x\n  expires: 2026-02-30\n", 3, "(day is out of range for month)"),
+        ("- task: abcdef12\n  reason: x\n- task: " + "1" * 5000 + "\n  reason: y\n", 3, "a number too long"),
+        ("- " * 3000 + "x\n", 1, "nested too deeply"),
+        ("[" * 3000 + "\n", 1, "nested too deeply"),
+    ],
+)
+def test_a_file_yaml_cannot_build_names_its_line_not_an_internal_error(
+    tmp_path: Path, text: str, line: int, problem: str
+) -> None:
+    """PyYAML parses these but raises ValueError (a 30 February, an int() of 5000 digits) or RecursionError while
+    building them: an INTERNALERROR before."""
+    path = write(tmp_path, text)
+    with pytest.raises(KnownFailuresError) as caught:
+        load_known_failures(path, "known.yaml")
+    assert caught.value.line == line, str(caught.value)
+    assert problem in str(caught.value)
+
+
+def test_an_all_digit_task_prefix_is_taken_as_written_not_as_a_yaml_number(tmp_path: Path) -> None:
+    """YAML 1.1 reads 01234567 as an octal 342391 and 0x1234abcd as 305441741: the prefix was the number's
+    decimal digits (refused as too short, or a different task)."""
+    known = load_known_failures(write(tmp_path, "- task: 01234567\n  reason: x\n- task: 12345678\n  reason: y\n"))
+    assert [entry.task for entry in known.entries] == ["01234567", "12345678"]
+    with pytest.raises(KnownFailuresError, match="task '0x1234abcd' is neither a task hash prefix"):
+        load_known_failures(write(tmp_path, "- task: 0x1234abcd\n  reason: x\n"))
+
+
 def test_an_empty_file_lists_nothing(tmp_path: Path) -> None:
     assert load_known_failures(write(tmp_path, "# nothing yet\n")).entries == []
 

@@ -32,3 +32,69 @@ def test_reuse_with_an_attached_gym_is_a_usage_error_naming_both(pytester: pytes
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--gym-reuse keeps a Gym this run starts*with --gym-url nothing is started*"])
     assert not (pytester.path / "kept").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--gym-min-reward", "nan"),
+        ("--gym-min-reward", "-inf"),
+        ("--gym-trial-timeout", "inf"),
+        ("--gym-startup-timeout", "1e400"),
+        ("--gym-max-regression", "Infinity"),
+        ("--gym-policy-latency-ms", "inf"),
+    ],
+)
+def test_nan_and_infinity_are_no_setting_values(
+    pytester: pytest.Pytester, example: Path, option: str, value: str
+) -> None:
+    """A minimum reward of nan failed every trial and one of -inf passed every one; a timeout of inf was taken."""
+    result = pytester.runpytest("--co", "--gym-dataset", "example.jsonl", f"{option}={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    name = option.removeprefix("--gym-").replace("-", "_")
+    result.stderr.fnmatch_lines([f"*invalid value '{value}' for {name} from command line ({option})*finite number*"])
+
+
+def test_nan_in_the_ini_file_is_no_minimum_reward(pytester: pytest.Pytester, example: Path) -> None:
+    pytester.makeini("[pytest]\ngym_min_reward = nan\n")
+    result = pytester.runpytest("--co", "--gym-dataset", "example.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid value 'nan' for min_reward from ini file (gym_min_reward)*finite number*"])
+
+
+@pytest.mark.parametrize(
+    "option", ["--gym-resume", "--gym-rescore", "--gym-baseline-run", "--gym-merge", "--gym-run-dir", "--gym-dataset"]
+)
+def test_a_path_too_long_for_the_file_system_is_a_usage_error(
+    pytester: pytest.Pytester, example: Path, option: str
+) -> None:
+    """Its first exists() or is_dir() raised OSError (ENAMETOOLONG): an INTERNALERROR."""
+    result = pytester.runpytest("--co", "--gym-dataset", "example.jsonl", f"{option}={'x' * 300}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    name = option.removeprefix("--gym-").replace("-", "_")
+    result.stderr.fnmatch_lines(
+        [f"*invalid value for {name} from command line ({option}): a name of 300 characters ('xxxx*'...) is too long*"]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("script", "problem"),
+    [
+        ("not json", "Expecting value"),
+        ("[1, 2]", "a JSON list, not an object"),
+        ('{"latency_ms": "fast"}', "could not convert string to float"),
+        ('{"answr": "B"}', "unknown script keys: answr"),
+    ],
+)
+def test_a_bad_policy_script_variable_is_a_usage_error_before_anything_starts(
+    pytester: pytest.Pytester, example: Path, monkeypatch: pytest.MonkeyPatch, script: str, problem: str
+) -> None:
+    """It failed the scripted policy's process: every trial errored, with the policy's traceback as the reason."""
+    monkeypatch.setenv("PYTEST_GYM_POLICY_SCRIPT", script)
+    result = pytester.runpytest(
+        "--gym-dataset", "example.jsonl", "--gym-policy", "scripted", "--gym-resources-server", "mcqa",
+        "--gym-cli=/bin/false",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*$PYTEST_GYM_POLICY_SCRIPT is no policy script ({problem}*); give a JSON object*"])

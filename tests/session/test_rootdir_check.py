@@ -69,3 +69,14 @@ def test_with_no_configuration_file_to_miss_a_path_outside_after_a_space_is_no_e
     result = pytester.runpytest("--collect-only", "-q", "--gym-url", "http://127.0.0.1:9", "--gym-dataset", str(data))
     assert result.ret == pytest.ExitCode.OK, result.stderr.str()
     result.stdout.fnmatch_lines(["5 tests collected*"])
+
+
+def test_a_value_too_long_for_a_file_name_after_a_space_is_no_internal_error(
+    pytester: pytest.Pytester, example: Path
+) -> None:
+    """A long answer text is no path: asking the file system whether it exists fails (ENAMETOOLONG) and means no."""
+    pytester.makeini(INI)
+    result = pytester.runpytest("--collect-only", "-q", "--gym-policy-answer", "x" * 300)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["5 tests collected*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()

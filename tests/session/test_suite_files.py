@@ -60,6 +60,26 @@ def test_bad_suite_file_names_file_and_key(pytester: pytest.Pytester, suite: Pat
     assert result.ret == pytest.ExitCode.INTERRUPTED
 
 
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("repeats: true", "*mcqa.gym.yaml: key repeats: Value error, expected a number, got true*"),
+        ("min_reward: true", "*mcqa.gym.yaml: key min_reward: Value error, expected a number, got true*"),
+        ("min_reward: .nan", "*invalid value nan for min_reward from suite file *(key min_reward)*finite*"),
+        ("max_regression: .inf", "*invalid value inf for max_regression from suite file *(key max_regression)*finite*"),
+    ],
+)
+def test_a_switch_or_a_non_finite_number_in_a_suite_file_is_no_number(
+    pytester: pytest.Pytester, suite: Path, line: str, message: str
+) -> None:
+    """pydantic read ``repeats: true`` as 1 trial and ``min_reward: .nan`` as a threshold no reward reaches."""
+    text = "\n".join(entry for entry in suite.read_text().splitlines() if not entry.startswith(line.split(":")[0][:6]))
+    suite.write_text(text + "\n" + line + "\n")
+    result = pytester.runpytest("--co", *NO_GYM)
+    result.stdout.fnmatch_lines(["*ERROR collecting mcqa.gym.yaml*", message])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+
+
 def test_missing_dataset_names_the_key(pytester: pytest.Pytester, suite: Path) -> None:
     suite.write_text("dataset: nope.jsonl\n")
     result = pytester.runpytest(*NO_GYM)

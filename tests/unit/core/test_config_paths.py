@@ -39,3 +39,12 @@ def test_a_path_under_an_extra_root_stays_as_written_even_if_also_here(
         (tmp_path / root / "configs" / "x.yaml").write_text("{}\n")
     monkeypatch.setenv("NEMO_GYM_EXTRA_ROOTS", f"/nonexistent:{tmp_path / 'extra'}")
     assert gym_config_path("configs/x.yaml", tmp_path / "here") == "configs/x.yaml"
+
+
+def test_a_path_too_long_for_a_file_name_stays_as_written_for_gym(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file system refuses to look it up (ENAMETOOLONG): found nowhere here, not an INTERNALERROR."""
+    long = "x" * 300 + ".yaml"
+    monkeypatch.setenv("NEMO_GYM_EXTRA_ROOTS", str(tmp_path))
+    assert gym_config_path(long, tmp_path) == long

@@ -92,3 +92,23 @@ def test_auto_reads_the_ci_variables(environ: dict[str, str], expected: str) -> 
 def test_bad_shards_explain_themselves(text: str, environ: dict[str, str], message: str) -> None:
     with pytest.raises(ShardError, match=re.escape(message)):
         parse_shard(text, environ)
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "message"),
+    [
+        ("1/" + "1" * 400, {}, "1/<more than 18 digits> (from --gym-shard / gym_shard) names no shard"),
+        ("1/" + "1" * 5000, {}, "names no shard"),
+        ("1/2147483648", {}, "1 <= I <= N <= 2147483647"),
+        ("\u0663/\u0665", {}, "write I/N"),
+        ("auto", {"CI_NODE_INDEX": "1", "CI_NODE_TOTAL": "9" * 5000}, "names no shard"),
+        ("auto", {"CI_NODE_INDEX": "\u0663", "CI_NODE_TOTAL": "\u0665"}, "are not numbers"),
+    ],
+)
+def test_shard_counts_too_large_to_hash_or_in_other_digits_explain_themselves(
+    text: str, environ: dict[str, str], message: str
+) -> None:
+    """A 400-digit N overflowed the jump hash (OverflowError at collection), 5000 digits exceeded int()'s limit
+    (ValueError, an INTERNALERROR), and Arabic-Indic 3/5 was read as 3/5."""
+    with pytest.raises(ShardError, match=re.escape(message)):
+        parse_shard(text, environ)

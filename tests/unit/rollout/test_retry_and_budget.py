@@ -79,3 +79,11 @@ def test_error_budget(text: str | None, budget: ErrorBudget, total: int, limit: 
 def test_bad_error_budget_says_what_is_accepted(text: str) -> None:
     with pytest.raises(ValueError, match=r"number of errors|percentage"):
         parse_error_budget(text)
+
+
+@pytest.mark.parametrize("text", ["1" + "0" * 400, "1" + "0" * 400 + ".5", "٣", "٣%"])
+def test_an_error_budget_too_large_or_in_other_digits_is_refused_saying_what_is_accepted(text: str) -> None:
+    """A 400-digit count is infinity as a float (int() of it raised OverflowError); Arabic-Indic digits are no
+    number a user means on a command line (Python's float() reads them)."""
+    with pytest.raises(ValueError, match=r"number of errors|percentage"):
+        parse_error_budget(text)
