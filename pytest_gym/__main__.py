@@ -11,6 +11,8 @@ its own ``run`` function.
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -171,10 +173,25 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    """A pull request's number: ASCII digits (``int`` also reads "٣"), a few of them."""
+    if not re.fullmatch(r"\s*[0-9]{1,18}\s*", text) or int(text) <= 0:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a positive whole number such as 42")
+    return int(text)
+
+
+def _seconds(text: str, least: float = 0.0, more: bool = False) -> float:
+    """A bound on a wait: finite (a NaN or an infinity of seconds bounds nothing), at least ``least`` (or more)."""
+    try:
+        value = float(text) if re.fullmatch(r"\s*[0-9.eE+\-]+\s*", text) else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < least or (more and value == least):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of seconds such as 30")
     return value
+
+
+def _timeout(text: str) -> float:
+    return _seconds(text, more=True)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -244,7 +261,7 @@ def parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="environment variable holding the token (default GITHUB_TOKEN; GitLab: CI_JOB_TOKEN)",
     )
-    comment.add_argument("--timeout", type=float, default=30.0, metavar="S", help="seconds per API request")
+    comment.add_argument("--timeout", type=_timeout, default=30.0, metavar="S", help="seconds per API request")
     comment.set_defaults(run=_comment)
     history = commands.add_parser(
         "history",
@@ -265,7 +282,7 @@ def parser() -> argparse.ArgumentParser:
         description="Stop every Gym kept in DIR (--gym-reuse DIR) that no running pytest holds.",
     )
     stop_kept.add_argument("pool", metavar="DIR", help="the --gym-reuse folder")
-    stop_kept.add_argument("--grace", type=float, default=30.0, help="seconds Gym gets after SIGINT (default 30)")
+    stop_kept.add_argument("--grace", type=_seconds, default=30.0, help="seconds Gym gets after SIGINT (default 30)")
     stop_kept.set_defaults(run=_stop_kept)
     return main
 
