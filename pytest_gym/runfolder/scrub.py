@@ -27,7 +27,7 @@ from pytest_gym.runfolder.layout import (
     ROLLOUTS_FILE,
 )
 from pytest_gym.runfolder.records import RecordError, iter_records
-from pytest_gym.runfolder.rollouts import encode_record
+from pytest_gym.runfolder.rollouts import masked_record
 
 #: Masked record by record, as data, when written (and the largest files of a run): not read again. The page
 #: too: it masks every text it shows as it is built (its copy at ``--gym-html`` has no other masking either).
@@ -84,10 +84,16 @@ def scrub_json_file(path: Path, masker: Masker) -> bool:
     try:
         if path.suffix == ".jsonl":
             records = [record for _, record in iter_records(path)]
-            masked = b"".join(encode_record(masker, record) for record in records)
+            pairs = [masked_record(masker, record) for record in records]
+            if all(new == old for (new, _), old in zip(pairs, records, strict=True)):
+                return False  # only looked suspicious ("token_type", prose): Gym's file stays as it wrote it
+            masked = b"".join(line for _, line in pairs)
         else:
             data = json.loads(raw)
-            masked = json.dumps(masker.data(data), ensure_ascii=False, indent=2).encode("utf-8", "surrogateescape")
+            clean = masker.data(data)
+            if clean == data:
+                return False
+            masked = json.dumps(clean, ensure_ascii=False, indent=2).encode("utf-8", "surrogateescape")
     except (RecordError, ValueError, RecursionError):
         return scrub_file(path, Masker(masker.secrets, same_length=True))
     if masked == raw:

@@ -291,6 +291,20 @@ def test_scrub_masks_foreign_files_in_place_and_keeps_their_length(tmp_path: Pat
     assert log.stat().st_size == size
 
 
+def test_scrub_leaves_json_files_that_only_look_suspicious_as_gym_wrote_them(tmp_path: Path) -> None:
+    """Prose or a field name that hints at a secret ("token_type", "the password is in the manual") makes a file
+    worth parsing, not worth rewriting: Gym's files keep their bytes (formatting, key order) when nothing is masked."""
+    compact = '{"token_type":"bearer","note":"the password is in the manual","n":[1,2]}'
+    (tmp_path / "metrics.json").write_text(compact, encoding="utf-8")
+    lines = '{"token_type": "bearer", "reward": 1.0}\n{"note":"the password is in the manual"}\n'
+    (tmp_path / "extra.jsonl").write_text(lines, encoding="utf-8")
+    (tmp_path / "leak.json").write_text(f'{{"api_key":"{MARKER}","n":1}}', encoding="utf-8")
+    assert scrub_run_folder(tmp_path) == []
+    assert (tmp_path / "metrics.json").read_text(encoding="utf-8") == compact
+    assert (tmp_path / "extra.jsonl").read_text(encoding="utf-8") == lines
+    assert MARKER not in (tmp_path / "leak.json").read_text(encoding="utf-8")  # a secret is still masked
+
+
 @pytest.fixture
 def umask() -> Iterator[None]:
     before = os.umask(0o027)
