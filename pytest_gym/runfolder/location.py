@@ -7,17 +7,26 @@ import time
 from pathlib import Path
 
 from pytest_gym.runfolder.layout import (
+    BENCHMARKS_LOCK,
+    BOARD_DIR,
+    CONCURRENCY_STATE,
     DEPLOYMENT_LOCK,
     GYM_LOG,
+    LEDGER_FILE,
     ROLLOUTS_FILE,
     RUN_INFO_FILE,
     RUN_INFO_LOCK,
+    RUN_STARTED_FILE,
     STATE_FILE,
+    UNAVAILABLE_REPORTED,
 )
 
 RUNS_DIR = Path(".pytest_gym") / "runs"
 #: Names only pytest-gym writes in a run folder: a folder holding one was a run folder (an attempt that ran nothing).
-_RUN_FOLDER_MARKS = (DEPLOYMENT_LOCK, RUN_INFO_FILE, RUN_INFO_LOCK, GYM_LOG)
+_RUN_FOLDER_MARKS = (
+    DEPLOYMENT_LOCK, RUN_INFO_FILE, RUN_INFO_LOCK, GYM_LOG, BOARD_DIR, LEDGER_FILE, CONCURRENCY_STATE,
+    UNAVAILABLE_REPORTED, BENCHMARKS_LOCK, RUN_STARTED_FILE,
+)  # fmt: skip
 
 
 def new_run_dir(rootdir: Path) -> Path:

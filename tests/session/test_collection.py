@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_gym.core.dataset import task_hash
+from pytest_gym.runfolder.layout import BOARD_DIR
 from tests.helpers.standin import StandinGym
 
 
@@ -202,6 +203,10 @@ def test_an_empty_folder_or_one_an_attempt_left_is_a_run_folder(pytester: pytest
     for _ in range(2):  # the second time it holds the first --co's lock file
         result = pytester.runpytest("--co", "--gym-dataset", str(dataset), f"--gym-run-dir={run_dir}", *NO_GYM)
         assert result.ret == pytest.ExitCode.OK
+    crashed = pytester.mkdir("crashed")
+    (crashed / BOARD_DIR).mkdir()  # all an xdist attempt killed early may leave: its workers' claims
+    result = pytester.runpytest("--co", "--gym-dataset", str(dataset), f"--gym-run-dir={crashed}", *NO_GYM)
+    assert result.ret == pytest.ExitCode.OK
 
 
 def test_trial_items_expose_hash_line_and_repeat_to_hooks(pytester: pytest.Pytester, dataset: Path) -> None:
