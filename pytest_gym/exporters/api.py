@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,22 +30,17 @@ from pytest_gym.runfolder.layout import SUMMARY_FILE
 
 ENTRY_POINT_GROUP = "pytest_gym.exporters"
 _ENV_KEY = "pytest_gym_env"
-_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^@/\s]+@")
 
 
 def mask_text(text: str) -> str:
-    """:func:`mask_secrets` plus passwords in URLs (``scheme://user:***@host``), which no env var names."""
-    return _URL_PASSWORD.sub(r"\1***@", mask_secrets(text))
+    """What an exporter sends, as text: every credential masked (known values, URL passwords, tokens) by the one
+    masking owner, :func:`pytest_gym.core.masking.mask_secrets`."""
+    return mask_secrets(text)
 
 
 def mask_data(data: Any) -> Any:
-    """:func:`mask_mapping` (secret-named keys, known secret values) plus passwords in URLs, for whatever is written."""
-    data = mask_mapping(data)
-    if isinstance(data, dict):
-        return {key: mask_data(value) for key, value in data.items()}
-    if isinstance(data, list):
-        return [mask_data(item) for item in data]
-    return _URL_PASSWORD.sub(r"\1***@", data) if isinstance(data, str) else data
+    """What an exporter sends, as data (mappings, lists, strings): masked by the one masking owner."""
+    return mask_mapping(data)
 
 
 @dataclass(frozen=True)
