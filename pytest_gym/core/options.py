@@ -99,7 +99,7 @@ SPECS: tuple[Spec, ...] = (
     ),
     Spec(
         "run_dir",
-        "folder for this run's Gym log and artifacts (default: a new folder under .pytest_gym/runs)",
+        "folder for this run's Gym log and artifacts: new or empty (default: a new folder under .pytest_gym/runs)",
         metavar="PATH",
         is_path=True,
     ),
