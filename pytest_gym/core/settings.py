@@ -306,6 +306,20 @@ def _split_list(value: Any) -> tuple[str, ...]:
     return tuple(str(item) for item in items if str(item).strip())
 
 
+#: ``--gym-gate="$GATE"`` with ``GATE`` unset once dropped the gate and the run passed ungated; an empty value
+#: on the command line is refused (in the ini file, an empty value still means "not set").
+_BLANK_ON_THE_COMMAND_LINE = (
+    "pytest-gym: {flag} was given an empty value on the command line (an unset shell variable?); give it a "
+    "value, or leave {flag} out to use {ini} from the ini file or the default"
+)
+
+
+def _blank(value: Any) -> bool:
+    """Whether a command-line value (a string, or the list an appending option collects) holds an empty one."""
+    items = value if isinstance(value, list) else [value]
+    return any(isinstance(item, str) and not item.strip() for item in items)
+
+
 def _validate_one(name: str, value: Any) -> Any:
     """Validate a single setting through the model, so each error names one source."""
     return GymSettings.model_validate({name: value}).__getattribute__(name)
@@ -337,6 +351,8 @@ def resolve(
     for spec in SPECS:
         raw: Any = getoption(spec.dest)
         source, base = "cli", cli_base
+        if raw is not None and _blank(raw):
+            raise SettingError(_BLANK_ON_THE_COMMAND_LINE.format(flag=spec.flag, ini=spec.ini))
         if raw is None and overrides and spec.name in overrides:
             raw, source, base = overrides[spec.name]
         if raw is None or raw == []:

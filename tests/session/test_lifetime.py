@@ -129,7 +129,12 @@ def test_a_second_signal_does_not_cut_the_stop_short(pytester: pytest.Pytester) 
         os.killpg(proc.pid, signal.SIGINT)
         # The SIGTERM must land while Gym is stopping (from its SIGINT: STOP_S, then GRACE_S for its child):
         # wait until Gym got its SIGINT, not a fixed time that a loaded machine overruns or undercuts.
-        _wait_for_line(pytester.path / "run" / "gym_env.log", "fake gym: SIGINT, stopping slowly", proc)
+        try:
+            _wait_for_line(pytester.path / "run" / "gym_env.log", "fake gym: SIGINT, stopping slowly", proc)
+        except AssertionError as exc:  # say what pytest printed meanwhile
+            proc.kill()
+            said = proc.communicate(timeout=10)[0].decode(errors="replace")
+            raise AssertionError(f"{exc}; pytest printed:\n{said}") from None
         os.killpg(proc.pid, signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
         alive, _ = wait_gone(token, 5.0)

@@ -98,3 +98,33 @@ def test_a_bad_policy_script_variable_is_a_usage_error_before_anything_starts(
     )  # fmt: skip
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*$PYTEST_GYM_POLICY_SCRIPT is no policy script ({problem}*); give a JSON object*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["--gym-gate="], "--gym-gate"),
+        (["--gym-gate", "mean_reward >= 0.5", "--gym-gate", " "], "--gym-gate"),
+        (["--gym-repeats="], "--gym-repeats"),
+        (["--gym-dataset="], "--gym-dataset"),
+        (["--gym-policy-answer", ""], "--gym-policy-answer"),
+    ],
+)
+def test_an_empty_value_on_the_command_line_is_a_usage_error(
+    pytester: pytest.Pytester, example: Path, args: list[str], flag: str
+) -> None:
+    """``--gym-gate="$GATE"`` with GATE unset dropped the gate, and the ungated run passed; ``--gym-repeats=$N``
+    ran one repeat whatever the ini file said."""
+    pytester.makeini("[pytest]\ngym_repeats = 3\ngym_gate = mean_reward >= 2\n")
+    result = pytester.runpytest("--co", "--gym-url", "http://127.0.0.1:9", "--gym-dataset", "example.jsonl", *args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    ini = flag.removeprefix("--").replace("-", "_")
+    result.stderr.fnmatch_lines([f"*{flag} was given an empty value on the command line*leave {flag} out*{ini}*"])
+
+
+def test_an_empty_value_in_the_ini_file_still_means_not_set(pytester: pytest.Pytester, example: Path) -> None:
+    pytester.makeini("[pytest]\ngym_repeats =\n")
+    result = pytester.runpytest("--co", "-q", "--gym-url", "http://127.0.0.1:9", "--gym-dataset", "example.jsonl")
+    assert result.ret == pytest.ExitCode.OK
+    assert "[r1]" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*::*r0]", "5 tests collected*"])
