@@ -501,7 +501,7 @@ class GymSession:
         if html_note:
             self.add_note(html_note)
         failed = fresh_line(self.config)  # the gates' line starts at the file's name, with its own percentages
-        session.testscollected += sum(len(v.gates) + (v.comparison is not None) + v.expired for v in verdicts)
+        session.testscollected += sum(len(v.gates) + (v.baseline_check() is not None) + v.expired for v in verdicts)
         session.testscollected += sum(len(labels) + has_baseline for labels, has_baseline in deferred.values())
         for verdict in verdicts:
             self._step(

@@ -138,7 +138,9 @@ def markdown(run: ExportRun) -> str:
             )
             notes.append(f"- {_code(suite)}: {len(flaky)} flaky tasks (passed/trials): {shown}")
         baseline = m.baseline
-        if baseline is not None:
+        if baseline is not None and baseline.missing:
+            notes.append(f"- {_code(suite)}: **baseline check failed**: {_cell(baseline.reason)}")
+        elif baseline is not None:
             regressed = (
                 " **regression**"
                 if baseline.regressed

@@ -106,6 +106,10 @@ class SuiteVerdict:
     #: task hash -> dataset line, to name tasks in messages
     lines: dict[str, int] = field(default_factory=dict)
     baseline_path: str | None = None
+    #: Why the suite's baseline could not be compared with (no file, no entry for the suite, unreadable): the
+    #: ``<suite>::baseline`` check fails with it, as a missing snapshot fails (a regression gate that quietly
+    #: judged nothing passed CI with a mistyped or uncommitted baseline path).
+    baseline_missing: str | None = None
     #: --gym-verdict (trial or gate) and --gym-known-failures-strict: how the verdict word reads the trials.
     mode: str = "trial"
     strict_known: bool = False
@@ -142,7 +146,7 @@ class SuiteVerdict:
         """
         c = self.comparison
         if c is None:
-            return None
+            return None if self.baseline_missing is None else BaselineCheck(False, self.baseline_missing)
         if self.cut_short:
             return BaselineCheck(False, f"baseline check undecided: {self.cut_short}", undecided=True)
         if self.sequential_baseline is not None:
@@ -252,6 +256,10 @@ class SuiteVerdict:
             summary.known_failures = known_summary(self.known, s, self.lines)
         c = self.comparison
         check = self.baseline_check()
+        if c is None and check is not None:
+            summary.baseline = BaselineSummary(
+                file=self.baseline_path, text=check.reason, passed=False, reason=check.reason, missing=True
+            )
         if c is not None and check is not None:
             used = list(c.trials_compared.values())
             summary.baseline = BaselineSummary(
@@ -607,14 +615,18 @@ class SuiteResults:
                 stored[path] = exc
         found = stored[path]
         if isinstance(found, BaselineError):
-            verdict.baseline_note = f"baseline unreadable: {found}"
+            verdict.baseline_note = verdict.baseline_missing = f"baseline unreadable: {found}"
             return verdict.baseline_note
         if found is None:
-            verdict.baseline_note = f"no baseline at {path}: create it with {self.update_hint}"
+            verdict.baseline_note = verdict.baseline_missing = (
+                f"no baseline at {path}: create it with {self.update_hint}"
+            )
             return verdict.baseline_note
         baseline = found.for_suite(suite, set(verdict.stats.per_task))
         if baseline is None:
-            verdict.baseline_note = f"no baseline for suite {suite} in {path}: create it with {self.update_hint}"
+            verdict.baseline_note = verdict.baseline_missing = (
+                f"no baseline for suite {suite} in {path}: create it with {self.update_hint}"
+            )
             return verdict.baseline_note
         verdict.baseline_figures = dict(baseline.suite.efficiency or {})
         verdict.comparison = self._compare(baseline, verdict.stats, verdict, settings)

@@ -245,6 +245,9 @@ class BaselineSummary(_Model):
     undecided: bool = False
     reason: str = ""
     settings_mismatch: list[str] = Field(default_factory=list)
+    #: No comparison was made: the file, or the suite's entry in it, is missing or unreadable (``reason`` says
+    #: which, and how to create it); the check fails.
+    missing: bool = False
     #: New failures and fixes of quarantined tasks (known failures): not counted by the new_failures/fixed gates.
     quarantined_new_failures: list[TaskRef] = Field(default_factory=list)
     quarantined_fixed: list[TaskRef] = Field(default_factory=list)

@@ -363,6 +363,8 @@ def flat_properties(s: SuiteSummary) -> dict[str, str]:
         props["baseline_compared"] = c.compared
         props["baseline_regressed"] = str(c.regressed).lower()
         props["baseline_passed"] = str(c.passed).lower()
+        if c.missing:
+            props["baseline_missing"] = "true"
         if c.reason:
             props["baseline_reason"] = c.reason
         props["baseline_new_failures"] = str(len(c.new_failures))

@@ -54,13 +54,14 @@ def synthetic_reports(verdict: SuiteVerdict) -> list[pytest.TestReport]:
         )
     c = verdict.comparison
     check = verdict.baseline_check()
-    if c is not None and check is not None:
+    if check is not None:
+        delta = c.paired.mean_delta if c is not None else None
         reports += _outcome_reports(
             f"{verdict.suite}::baseline",
             verdict.suite,
             check.passed,
             check.reason,
-            [("gym_baseline_delta", c.paired.mean_delta if c.paired.mean_delta is not None else "n/a")],
+            [("gym_baseline_delta", delta if delta is not None else "n/a")],
         )
     return reports + expired_reports(verdict)
 

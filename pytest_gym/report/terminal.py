@@ -190,7 +190,9 @@ def summary_lines(
         lines += _known_lines(s)
         lines += changes_lines(s.changes)
         c = s.baseline
-        if c is not None:
+        if c is not None and c.missing:
+            lines.append(f"  {c.reason}")
+        elif c is not None:
             verdict = "" if c.passed else " UNDECIDED" if c.undecided else " REGRESSION" if c.regressed else ""
             lines.append(f"  baseline: {_comparison(c)}{verdict}")
             words = baseline_verdict(c, list(s.gates))

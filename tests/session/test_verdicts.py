@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -261,3 +262,56 @@ def test_m_selects_by_the_marker_field(pytester: pytest.Pytester, labelled: list
         return
     tags = [*labelled, "--gym-marker-field", "tags"]
     assert selected(pytester, tags, "-m", "long") == ids(0)
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (None, "no baseline at */base.json: create it with pytest *--gym-update-baseline"),
+        ('{"schema_version": 2, "suites": {}}', "no baseline for suite d.jsonl in */base.json: create it with *"),
+        ("<<<<<<< HEAD\n", "baseline unreadable: * is not valid JSON*"),
+    ],
+    ids=["no file", "no entry for the suite", "merge-conflicted"],
+)
+def test_a_baseline_that_cannot_be_compared_with_fails_the_baseline_check(
+    pytester: pytest.Pytester, xdist: tuple[str, ...], content: str | None, reason: str
+) -> None:
+    """As a missing snapshot fails a snapshot test: with a mistyped, uncommitted or conflicted --gym-baseline
+    the run passed (a note in the summary), so CI gated on a regression check that judged nothing."""
+    run = earlier_run(pytester, {"d.jsonl": [(row(i), [1.0, 1.0]) for i in range(6)]})
+    if content is not None:
+        (pytester.path / "base.json").write_text(content)
+    args = [*reuse(run, "d.jsonl"), "--gym-baseline", "base.json", "--junitxml", "r.xml", "--gym-summary", "s.json",
+            "--gym-verdict", "gate"]  # fmt: skip
+    result = pytester.runpytest(*args, *xdist)
+    result.assert_outcomes(passed=12, failed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["  verdict: FAIL (all 12 trials passed, no gates, baseline check failed)", f"  {reason}"]
+    )
+    result.stdout.fnmatch_lines([f"FAILED d.jsonl::baseline - {reason}"])
+    xml = (pytester.path / "r.xml").read_text()
+    assert re.search(r'<testcase classname="d.jsonl" name="baseline"[^>]*><failure message="(no|baseline) ', xml)
+    assert read_suite_properties(pytester.path / "r.xml")["gym.d.jsonl.baseline_missing"] == "true"
+    summary = json.loads((pytester.path / "s.json").read_text())
+    baseline = summary["suites"]["d.jsonl"]["baseline"]
+    assert (baseline["missing"], baseline["passed"]) == (True, False)
+    page = (Path(summary["run_dir"]) / "report.html").read_text()
+    assert "baseline check failed</b>: nothing to compare with" in page
+    assert "vs baseline · none found" in page
+    assert re.fullmatch(reason.replace("*", ".*"), baseline["reason"], re.S)
+    if content is None:  # the printed command creates it, and then the check passes
+        pytester.runpytest(*args, "--gym-update-baseline").assert_outcomes(passed=12)
+        again = pytester.runpytest(*args, *xdist)
+        again.assert_outcomes(passed=13)
+        assert json.loads((pytester.path / "s.json").read_text())["suites"]["d.jsonl"]["baseline"]["missing"] is False
+
+
+def test_writing_the_baseline_is_no_missing_baseline(pytester: pytest.Pytester) -> None:
+    run = earlier_run(pytester, {"d.jsonl": [(row(i), [1.0]) for i in range(3)]})
+    result = pytester.runpytest(
+        *reuse(run, "d.jsonl", repeats=1), "--gym-baseline", "new.json", "--gym-update-baseline"
+    )
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["  baseline of d.jsonl written to */new.json"])

@@ -380,6 +380,22 @@ def test_github_appends_a_table_once(run: ExportRun, tmp_path: Path, monkeypatch
     assert step_summary.read_text(encoding="utf-8") == text
 
 
+def test_github_says_a_missing_baseline_failed_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not "mean reward delta n/a over 0 shared tasks, 0 new failures": no comparison was made."""
+    run_dir = tmp_path / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    reason = "no baseline at /ci/base.json: create it with pytest --gym-update-baseline"
+    metrics = {**_metrics(), "baseline": {"file": "/ci/base.json", "missing": True, "passed": False, "reason": reason}}
+    summary = {"run_dir": str(run_dir), "suites": {SUITE: metrics}}
+    (run_dir / "pytest_gym_summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "step_summary.md"))
+    (exporter,) = configure_exporters(["github"], [], registry())
+    assert exporter.export(ExportRun.from_run_dir(run_dir, {}, exit_status=1)).status == "succeeded"
+    text = (tmp_path / "step_summary.md").read_text(encoding="utf-8")
+    assert f"- `{SUITE}`: **baseline check failed**: {reason}" in text
+    assert "shared tasks" not in text
+
+
 def test_github_skips_outside_github_actions(run: ExportRun, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     result = GithubExporter(GithubExporter.Settings()).export(run)
