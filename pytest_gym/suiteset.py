@@ -18,7 +18,7 @@ import pytest
 
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymError
-from pytest_gym.core.masking import MAX_MESSAGE, clean_text
+from pytest_gym.core.masking import MAX_MESSAGE, clean_text, mask_secrets
 from pytest_gym.core.options import is_suite_file
 from pytest_gym.core.outcome import TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings, SettingError, resolve
@@ -181,11 +181,13 @@ class Suites:
         )
 
     def update_command(self) -> str:
-        """This run's command with ``--gym-update-baseline``: what writes (or updates) its baselines."""
+        """This run's command with ``--gym-update-baseline``: what writes (or updates) its baselines. Masked: it is
+        printed, and reaches JUnit in the baseline check's failure, which pytest's own writer does not mask."""
         import shlex
 
         args = [str(arg) for arg in self.config.invocation_params.args]
-        return shlex.join(["pytest", *args, *(["--gym-update-baseline"] * ("--gym-update-baseline" not in args))])
+        command = ["pytest", *args, *(["--gym-update-baseline"] * ("--gym-update-baseline" not in args))]
+        return mask_secrets(shlex.join(command))
 
     def check_baseline_paths(self, suites: Iterable[Any]) -> None:
         """``--gym-update-baseline``: every collected suite (a ``GymDatasetFile``) needs a file to write, from

@@ -315,3 +315,20 @@ def test_writing_the_baseline_is_no_missing_baseline(pytester: pytest.Pytester) 
     )
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["  baseline of d.jsonl written to */new.json"])
+
+
+def test_the_missing_baseline_reason_masks_a_credential_in_the_command_it_prints(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reason quotes this run's command (what writes the baseline); it goes to JUnit through pytest's own
+    writer, which masks nothing."""
+    secret = "sk_live_4f9b2c7e1d8a6035bd9e"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    run = earlier_run(pytester, {"d.jsonl": [(row(i), [1.0]) for i in range(3)]})
+    result = pytester.runpytest(
+        *reuse(run, "d.jsonl", repeats=1), "--gym-baseline", "base.json", "-k", f"not {secret}", "--junitxml", "r.xml"
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(["FAILED d.jsonl::baseline - no baseline at */base.json: create it with pytest *"])
+    assert secret not in result.stdout.str()
+    assert secret not in (pytester.path / "r.xml").read_text()
