@@ -104,7 +104,7 @@ def test_regression_against_baseline_fails_naming_new_failures(
     )
     missing = pytester.runpytest(*args)
     missing.stdout.fnmatch_lines(["*no baseline at */base.json: create it with pytest *--gym-update-baseline*"])
-    missing.stdout.fnmatch_lines(["FAILED all_e.jsonl::baseline - no baseline at *"])
+    missing.stdout.fnmatch_lines(["FAILED all_e.jsonl::baseline*"])
     assert missing.ret == pytest.ExitCode.TESTS_FAILED  # nothing to compare with fails the check, as in gate mode
     written = pytester.runpytest(*args, "--gym-update-baseline")
     assert written.ret == pytest.ExitCode.OK
