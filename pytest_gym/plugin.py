@@ -8,6 +8,7 @@ shows the plugin in use; then one ``GymSession`` (``pytest_gym.session``) holds 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -80,12 +81,28 @@ def _value_after_a_space(config: pytest.Config) -> bool:
     )
 
 
+def _gym_ini_keys(config: pytest.Config) -> list[str]:
+    """The ``gym_`` keys of the ini file and of ``-o`` (checked further only when there are any): pytest >= 9 keeps
+    both in ``_inicfg``, an older one the file's in ``inicfg`` (which pytest 9 deprecates) and ``-o`` apart."""
+    found: Iterable[object] | None = getattr(config, "_inicfg", None)
+    if found is None:
+        found = getattr(config, "inicfg", None) or ()
+    overrides = [str(item).split("=", 1)[0] for item in config.getoption("override_ini", None) or ()]
+    return sorted({key for key in (*map(str, found), *overrides) if key.startswith("gym_")})
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    if not hasattr(config, "workerinput") and _value_after_a_space(config):
-        from pytest_gym.rootdir_check import check_rootdir
+    if not hasattr(config, "workerinput"):
+        gym_keys = _gym_ini_keys(config)
+        if gym_keys:
+            from pytest_gym.ini_keys import check_ini_keys
 
-        check_rootdir(config)
+            check_ini_keys(config, gym_keys)
+        if _value_after_a_space(config):
+            from pytest_gym.rootdir_check import check_rootdir
+
+            check_rootdir(config)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(XdistHooks(config, lambda run_dir: install(config, run_dir)), "pytest-gym-xdist")
     if in_use(config):

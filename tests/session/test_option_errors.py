@@ -128,3 +128,32 @@ def test_an_empty_value_in_the_ini_file_still_means_not_set(pytester: pytest.Pyt
     assert result.ret == pytest.ExitCode.OK
     assert "[r1]" not in result.stdout.str()
     result.stdout.fnmatch_lines(["*::*r0]", "5 tests collected*"])
+
+
+def test_a_misspelt_ini_setting_is_a_usage_error_naming_the_setting_meant(
+    pytester: pytest.Pytester, example: Path
+) -> None:
+    """pytest only warns about an unknown ini key (at the end of the run): ``gym_gates`` ran the suite ungated."""
+    pytester.makeini("[pytest]\ngym_gates = mean_reward >= 2\ngym_repeats = 2\n")
+    result = pytester.runpytest("--co", "--gym-url", "http://127.0.0.1:9", "--gym-dataset", "example.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown setting gym_gates (did you mean gym_gate?) (from */tox.ini or -o)*"])
+
+
+def test_a_misspelt_setting_given_with_o_is_a_usage_error_too(pytester: pytest.Pytester, example: Path) -> None:
+    result = pytester.runpytest("--co", "-o", "gym_reepeats=3", "-o", "gym_min_rewad=0.5", "--gym-dataset", "x.jsonl")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*unknown settings gym_min_rewad (did you mean gym_min_reward?), gym_reepeats (did you mean gym_repeats?)*"]
+    )
+
+
+def test_gym_keys_another_plugin_registered_and_other_unknown_keys_are_left_to_pytest(
+    pytester: pytest.Pytester, example: Path
+) -> None:
+    pytester.makeconftest('def pytest_addoption(parser):\n    parser.addini("gym_world", "another plugin\'s")\n')
+    pytester.makeini("[pytest]\ngym_world = mars\nother_plugins_key = 1\ngym_repeats = 2\n")
+    result = pytester.runpytest("--co", "-q", "--gym-url", "http://127.0.0.1:9", "--gym-dataset", "example.jsonl")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["10 tests collected*"])
+    assert "Unknown config option: other_plugins_key" in result.stdout.str()  # pytest's own warning
