@@ -30,3 +30,21 @@ def test_readme_lists_the_keys_a_suite_file_takes() -> None:
     listed = README[start : README.index("(exactly one of", start)]
     keys = [part.strip(" `,\n") for part in listed.removeprefix("The keys a suite file takes: ").split(",")]
     assert keys == list(SuiteFile.model_fields)
+
+
+def test_required_plugins_in_the_ini_stops_a_run_that_would_skip_the_evals(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's CI advice, both ways: with the plugin the run collects the evals; without it (autoloading off)
+    pytest stops instead of running the other tests green. The name must be the distribution's as pytest sees it."""
+    assert "add `required_plugins = pytest-gym` to it" in README
+    pytester.makeini("[pytest]\nrequired_plugins = pytest-gym\ngym_dataset = d.jsonl\ngym_url = http://127.0.0.1:9\n")
+    pytester.makefile(".jsonl", d='{"responses_create_params": {"input": "q"}}\n')
+    pytester.makepyfile(test_other="def test_other():\n    pass\n")
+    loaded = pytester.runpytest_subprocess("--co", "-q", "-p", "no:randomly")
+    assert loaded.ret == pytest.ExitCode.OK
+    loaded.stdout.fnmatch_lines(["d.jsonl::*r0]", "test_other.py::test_other", "2 tests collected*"])
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    missing = pytester.runpytest_subprocess("--co", "-q")
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*Missing required plugins: pytest-gym*"])
