@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_gym.core.options import SPECS
+from pytest_gym.core.settings import path_exists
 
 #: Options that take a value, as spelled on the command line.
 VALUE_FLAGS = frozenset(spec.flag for spec in SPECS if spec.kind != "flag")
@@ -30,17 +31,9 @@ def values_after_a_space(args: Sequence[str], invocation_dir: Path) -> list[tupl
     """(flag, value) for each pytest-gym option given as ``--gym-x VALUE`` whose value is an existing path."""
     found = []
     for flag, value in itertools.pairwise(args):
-        if flag in VALUE_FLAGS and not value.startswith("-") and _exists(invocation_dir / value):
+        if flag in VALUE_FLAGS and not value.startswith("-") and path_exists(invocation_dir / value):
             found.append((flag, value))
     return found
-
-
-def _exists(path: Path) -> bool:
-    """Whether ``path`` exists; False for a value no file can have (too long a name): most values are not paths."""
-    try:
-        return path.exists()
-    except (OSError, ValueError):
-        return False
 
 
 def _setup(config: pytest.Config, args: Sequence[str]) -> tuple[Path, Path | None] | None:

@@ -431,15 +431,16 @@ def gym_config_path(value: str, base: Path) -> str:
     if path.is_absolute():
         return os.path.abspath(path)
     roots = [Path(d) for d in os.environ.get("NEMO_GYM_EXTRA_ROOTS", "").split(os.pathsep) if d]
-    if any(_exists(root / path) for root in roots):
+    if any(path_exists(root / path) for root in roots):
         return value
-    if _exists(base / path):
+    if path_exists(base / path):
         return os.path.abspath(base / path)
     return value
 
 
-def _exists(path: Path) -> bool:
-    """Whether ``path`` exists; False for a name the file system refuses to look up (too long): found nowhere."""
+def path_exists(path: Path) -> bool:
+    """Whether ``path`` exists; False for a name the file system refuses to look up (too long a name, a NUL): an
+    option's value that cannot be a path is found nowhere, where ``Path.exists`` raises."""
     try:
         return path.exists()
     except (OSError, ValueError):
