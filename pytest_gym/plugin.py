@@ -68,9 +68,12 @@ def active_session(config: pytest.Config) -> GymSession | None:
 
 
 def install(config: pytest.Config, run_dir: Path | None = None) -> GymSession:
+    from pytest_gym.one_run import guard_trials
     from pytest_gym.session import GymSession
 
-    return GymSession.install(config, run_dir)
+    session = GymSession.install(config, run_dir)
+    guard_trials(config, session.add_note)  # a trial is one sample: no rerun plugin reruns it
+    return session
 
 
 def _value_after_a_space(config: pytest.Config) -> bool:
