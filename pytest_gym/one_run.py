@@ -62,20 +62,29 @@ def rerun_note(request: str) -> str:
 
 class OneRunPerTrial:
     """Registered beside the session: runs Gym items with pytest's own ``runner`` protocol, ahead of rerun
-    plugins; other items are left to the plugins as usual. ``note`` hears of a ``flaky`` marker on a Gym item
-    (``--gym-marker-field``, a conftest hook) once."""
+    plugins; other items are left to the plugins as usual. ``note`` hears once that a rerun was asked for (by an
+    option, read at the first Gym item when every plugin is configured, or by a ``flaky`` marker on one)."""
 
     def __init__(self, runner: _Protocol, note: Callable[[str], None]) -> None:
-        self._runner, self._note, self._marker_seen = runner, note, False
+        self._runner, self._note = runner, note
+        self._options_read = self._told = False
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         if not isinstance(item, (GymTrial, GymTask)):
             return None
-        if not self._marker_seen and item.get_closest_marker("flaky") is not None:
-            self._marker_seen = True
-            self._note(rerun_note("The flaky marker"))
+        if not self._told:
+            self._tell(item)
         return self._runner.pytest_runtest_protocol(item=item, nextitem=nextitem)
+
+    def _tell(self, item: pytest.Item) -> None:
+        request = None if self._options_read else rerun_request(item.config)
+        self._options_read = True
+        if request is None and item.get_closest_marker("flaky") is not None:
+            request = "The flaky marker"
+        if request is not None:
+            self._told = True
+            self._note(rerun_note(request))
 
 
 #: The guard's name in the plugin manager.
@@ -85,9 +94,5 @@ PLUGIN_NAME = "pytest-gym-one-run-per-trial"
 def guard_trials(config: pytest.Config, note: Callable[[str], None]) -> None:
     """Register the guard once (a no-op without pytest's ``runner`` plugin); ``note`` hears of a rerun request."""
     runner: _Protocol | None = config.pluginmanager.get_plugin("runner")
-    if runner is None or config.pluginmanager.has_plugin(PLUGIN_NAME):
-        return
-    config.pluginmanager.register(OneRunPerTrial(runner, note), PLUGIN_NAME)
-    request = rerun_request(config)
-    if request is not None:
-        note(rerun_note(request))
+    if runner is not None and not config.pluginmanager.has_plugin(PLUGIN_NAME):
+        config.pluginmanager.register(OneRunPerTrial(runner, note), PLUGIN_NAME)

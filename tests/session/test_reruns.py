@@ -147,3 +147,45 @@ def test_no_rerun_asked_no_note(pytester: pytest.Pytester, policy: tuple[Standin
     result = run(pytester, gym, "--reruns", "0")
     result.assert_outcomes(failed=TRIALS)
     assert NOTE not in result.stdout.str()
+
+
+RERUNNER = """
+import pytest
+from _pytest.runner import runtestprotocol
+
+
+class Rerunner:
+    '''flaky's way (box/flaky, ``--force-flaky``): rerun a failed test through the protocol hook, up to 3 runs.'''
+
+    def pytest_runtest_protocol(self, item, nextitem):
+        if not item.config.getoption("force_flaky"):
+            return None
+        for attempt in range(3):
+            reports = runtestprotocol(item, nextitem=nextitem, log=False)
+            if all(not r.failed for r in reports):
+                break
+        for report in reports:
+            item.ihook.pytest_runtest_logreport(report=report)
+        return True
+
+
+def pytest_addoption(parser):
+    parser.addoption("--force-flaky", action="store_true", default=False)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Rerunner(), "flaky")
+"""
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_any_plugin_that_reruns_through_the_protocol_runs_a_trial_once(
+    pytester: pytest.Pytester, policy: tuple[StandinGym, LaterSamplesPass], xdist: tuple[str, ...]
+) -> None:
+    gym, rewards = policy
+    pytester.makeconftest(RERUNNER)
+    result = run(pytester, gym, "--force-flaky", "-p", "no:rerunfailures", *xdist)
+    result.assert_outcomes(failed=TRIALS)
+    assert sorted(rewards.calls.values()) == [1] * TRIALS
+    assert mean_reward(pytester) == 0.0
+    result.stdout.fnmatch_lines([f"note: --force-flaky {NOTE}*"])
