@@ -21,7 +21,7 @@ import pytest
 
 from pytest_gym.core.dataset import LABEL_FIELDS, DatasetError, Task, read_tasks, task_label, task_name
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
-from pytest_gym.core.outcome import TRIALS_PROPERTY, TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import TRIAL_MARK, TRIALS_PROPERTY, TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.core.taskrule import parse_task_rule
@@ -148,6 +148,27 @@ def judge_trial(item: GymTrial, outcome: TrialOutcome) -> None:
     )
 
 
+def raised_by_another(exc: BaseException) -> bool:
+    """Whether an exception in a trial's setup came from outside pytest-gym: a fixture's, another plugin's
+    (pytest-timeout's, raised by its signal into the wait for the rollout), an interrupt. pytest-gym's own
+    ``pytest.fail``/``skip`` carry no traceback (``pytrace=False``) and are called from this package."""
+    if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
+        return False
+    if not isinstance(exc, pytest.fail.Exception) or exc.pytrace:
+        return True
+    frames: list[str] = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames, tb = [*frames[-1:], tb.tb_frame.f_code.co_filename], tb.tb_next
+    return not any(name.startswith(_PACKAGE_DIR) for name in frames)
+
+
+def errored_by_another(spec: TrialSpec) -> TrialOutcome:
+    """A trial another plugin's exception ended before it had an outcome: reported as an error by pytest, and
+    counted as one by the verdicts (the report's text is its error), not dropped from them."""
+    return TrialOutcome.for_spec(spec, error="setup", error_class="setup")
+
+
 class _GymItem(pytest.Function):
     """What trial and task items share: their trials run in setup (not under ``--setup-plan``, which runs
     nothing), and how a failure pytest-gym raised on them is shown."""
@@ -193,10 +214,15 @@ class GymTrial(_GymItem):
         return [self.spec]
 
     def setup(self) -> None:
-        super().setup()
-        session = self._session_view()
-        if session is not None:
-            self.outcome = session.trial_outcome(self)
+        try:
+            super().setup()
+            session = self._session_view()
+            if session is not None:
+                self.outcome = session.trial_outcome(self)
+        except BaseException as exc:
+            if raised_by_another(exc) and all(name != TRIAL_MARK for name, _ in self.user_properties):
+                self.user_properties.extend(errored_by_another(self.spec).to_properties())
+            raise
 
     def runtest(self) -> None:
         if self.outcome is not None:
@@ -284,7 +310,7 @@ def run_task(item: GymTask, outcome_of: Callable[[TrialSpec], TrialOutcome]) -> 
     carried: list[TrialOutcome] = []
     faults: list[str] = []
     skips: list[str] = []
-    for spec in specs:
+    for i, spec in enumerate(specs):
         try:
             outcome = outcome_of(spec)
         except NotRun as exc:
@@ -292,6 +318,13 @@ def run_task(item: GymTask, outcome_of: Callable[[TrialSpec], TrialOutcome]) -> 
                 carried.append(exc.fault)
             (skips if exc.skipped else faults).append(exc.message)
             continue
+        except BaseException as exc:
+            if raised_by_another(exc):  # the trials it left unfinished are errors, the others as they ended
+                unfinished = [errored_by_another(s) for s in specs[i:]]
+                item.user_properties.append(
+                    (TRIALS_PROPERTY, [[list(p) for p in o.to_properties()] for o in [*carried, *unfinished]])
+                )
+            raise
         carried.append(outcome)
         if outcome.ok:
             ran.append(outcome)

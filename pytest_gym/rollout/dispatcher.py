@@ -837,6 +837,11 @@ class Dispatcher:
     async def _cancel_all(self) -> None:
         self._wake()
         tasks = list(self._tasks)
+        if isinstance(self._feeder, asyncio.Task) and not self._feeder.done():
+            # Inline, an exception another plugin raised into pytest's thread (pytest-timeout's signal) may have cut
+            # a pass of the loop short and lost the feeder's wake-up: it would be left pending when the loop closes.
+            self._feeder.cancel()
+            tasks.append(self._feeder)
         for task in tasks:
             task.cancel()
         if tasks:

@@ -1,0 +1,103 @@
+"""A trial another plugin ends before it has an outcome counts as an errored trial, not as no trial.
+
+pytest-timeout's ``--timeout`` (its signal, raised into the wait for a slow rollout) or a conftest fixture that
+raises makes pytest report the trial as an error. The verdicts must see the same: before, such a trial was left
+out of them, so a run of 6 trials with 5 timed out said "1 trial, 0 errors, mean reward 1.000, PASS" and its gate
+``mean_reward>=0.8`` passed on the one trial left. The stand-in Gym answers task q0 at once and the others after
+``SLOW_S`` (``tests/helpers/standin.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers.standin import StandinGym, serving
+
+pytest.importorskip("pytest_timeout")
+
+AGENT = "fake_agent"
+TASKS, REPEATS = 3, 2
+SLOW_S = 3.0
+XDIST = [("-p", "no:xdist"), ("-n", "2")]
+
+
+@pytest.fixture
+def gym() -> Iterator[StandinGym]:
+    with serving(AGENT) as server:
+
+        def slow_but_right(body: dict[str, Any]) -> float:
+            if body["responses_create_params"]["input"][0]["content"] != "q0":
+                time.sleep(SLOW_S)  # the stand-in serves each connection in its own thread
+            return 1.0
+
+        server.rewards = slow_but_right
+        yield server
+
+
+def run(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
+    pytester.makeini("[pytest]\n")
+    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(TASKS)]
+    (pytester.path / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return pytester.runpytest_subprocess(
+        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", str(REPEATS),
+        "--gym-run-dir", "run", "--gym-summary", "summary.json", "--gym-trajectories", "off",
+        "-p", "no:cacheprovider", "-p", "no:randomly", *args,
+    )  # fmt: skip
+
+
+def suite(pytester: pytest.Pytester) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((pytester.path / "summary.json").read_text())["suites"]["data.jsonl"]
+    return found
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_trials_a_timeout_plugin_ended_are_errors_in_the_verdicts(
+    pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
+) -> None:
+    # Concurrency 1: each slow rollout starts when its trial's wait (and its timeout) starts.
+    result = run(
+        pytester, gym, "--timeout", "1", "--gym-concurrency", "1", "--gym-verdict", "gate",
+        "--gym-gate", "mean_reward>=0.8", *xdist,
+    )  # fmt: skip
+    slow = (TASKS - 1) * REPEATS
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("errors") == slow, result.stdout.str()
+    assert "Timeout" in result.stdout.str()
+    # The timeout's exception cut passes of the rollouts' event loop short (pytest's thread runs it without xdist):
+    # the loop still ends clean, its feeder task not left pending.
+    assert "Task was destroyed but it is pending" not in result.stderr.str()
+    found = suite(pytester)
+    assert (found["trials"], found["errors"]) == (TASKS * REPEATS - slow, slow)  # "trials": those with a reward
+    assert found["gates"]["mean_reward>=0.8"]["passed"] is False  # undecided with 4 of 6 errored: not a pass
+    result.stdout.fnmatch_lines(["*FAILED data.jsonl::gate?mean_reward>=0.8?*"])
+
+
+def test_a_trial_a_fixture_errored_is_an_error_in_the_verdicts(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    gym.rewards = None  # every answer at once, reward 1.0
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture(autouse=True)
+        def broken_for_r1(request):
+            if request.node.name.endswith("[r1]"):
+                raise RuntimeError("the conftest's fixture broke")
+        """
+    )
+    result = run(pytester, gym)
+    result.assert_outcomes(passed=TASKS, errors=TASKS)
+    found = suite(pytester)
+    assert (found["trials"], found["errors"], found["verdict"]) == (TASKS, TASKS, "FAIL")
+
+
+def test_a_task_s_unfinished_trials_are_errors_in_the_verdicts(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    result = run(pytester, gym, "--timeout", "1", "--gym-concurrency", "1", "--gym-verdict", "task", "-p", "no:xdist")
+    result.assert_outcomes(passed=1, errors=TASKS - 1)
+    found = suite(pytester)
+    assert found["trials"] + found["errors"] == TASKS * REPEATS
+    assert found["errors"] >= TASKS - 1  # each slow task's first trial at least; its second may have run meanwhile
