@@ -266,7 +266,13 @@ class GymTask(_GymItem):
     task_run: TaskRun | None = None
 
     def setup(self) -> None:
-        super().setup()
+        try:
+            super().setup()
+        except BaseException as exc:  # a fixture's: none of the task's trials ran, each is an error in the verdicts
+            if raised_by_another(exc):
+                errored = [errored_by_another(spec).to_properties() for spec in self.specs]
+                self.user_properties.append((TRIALS_PROPERTY, [[list(p) for p in props] for props in errored]))
+            raise
         view = self._session_view()
         if view is not None:
             session = self.session

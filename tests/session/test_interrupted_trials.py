@@ -101,3 +101,20 @@ def test_a_task_s_unfinished_trials_are_errors_in_the_verdicts(pytester: pytest.
     found = suite(pytester)
     assert found["trials"] + found["errors"] == TASKS * REPEATS
     assert found["errors"] >= TASKS - 1  # each slow task's first trial at least; its second may have run meanwhile
+
+
+def test_a_task_a_fixture_errored_counts_each_trial_as_an_error(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    gym.rewards = None
+    pytester.makeconftest(
+        """
+        import pytest
+
+        @pytest.fixture(autouse=True)
+        def broken(request):
+            raise RuntimeError("the conftest's fixture broke")
+        """
+    )
+    result = run(pytester, gym, "--gym-verdict", "task")
+    result.assert_outcomes(errors=TASKS)
+    found = suite(pytester)
+    assert (found["trials"], found["errors"]) == (0, TASKS * REPEATS)
