@@ -449,10 +449,8 @@ class GymSession:
             from pytest_gym.runfolder.merge import write_merged_run
 
             judged = {(task_hash, repeat) for _, task_hash, repeat in results.trials}
-            for note in (
-                self._step("writing the merged run folder", write_merged_run, self.merged, self.run_dir, judged) or []
-            ):
-                self.add_note(note)
+            merged = self._step("writing the merged run folder", write_merged_run, self.merged, self.run_dir, judged)
+            self.add_worker_notes(merged or [])
         else:
             self.run.start_aggregate()  # in the background: Gym computes them while its health checks run
         if self.settings.health_check == "on":
@@ -460,6 +458,8 @@ class GymSession:
             health, results.health_note = self._step("Gym's health checks", self.run.health_checks) or ({}, None)
             results.apply_health(health)
         entries = None if self.merged else self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
+        if not self.merged and results.unpaid_errors():  # a timeout plugin's: their rollouts may have finished since
+            results.apply_usage(self._step("reading the rollouts' usage", self.run.recorded_usage) or {})
         self.add_worker_notes(self.run.take_notes())
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:

@@ -361,6 +361,17 @@ class SuiteResults:
             if record is not None and record.health is None:
                 record.health, record.checks, record.late = verdict, checks, True
 
+    def unpaid_errors(self) -> bool:
+        """Whether some errored trial has no token usage (its rollout may have finished after it errored)."""
+        return any(r.error and not r.tokens for r in self.trials.values())
+
+    def apply_usage(self, usage: Mapping[tuple[str, str, int], dict[str, int]]) -> None:
+        """Token usage recorded for errored trials that had none: their rollouts finished, and were paid for."""
+        for key, tokens in usage.items():
+            record = self.trials.get(key)
+            if record is not None and record.error and not record.tokens and tokens:
+                record.tokens = dict(tokens)
+
     def health_properties(self) -> dict[str, list[tuple[str, str]]]:
         """node id -> the JUnit properties of Gym's end-of-run health verdict (the trial's reports are gone)."""
         found: dict[str, list[tuple[str, str]]] = {}

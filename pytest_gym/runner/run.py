@@ -25,7 +25,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError, unknown_agents
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import MAX_MESSAGE, POLICY_KEY_ENV, Masker, clean_text
-from pytest_gym.core.outcome import TrialSpec
+from pytest_gym.core.outcome import TrialSpec, token_usage
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.acquire import acquire, release
 from pytest_gym.gym.deployment import read_state
@@ -399,6 +399,22 @@ class GymRun:
         helper, self.gym_helper = self.gym_helper, None
         if helper is not None:
             helper.close()
+
+    def recorded_usage(self) -> dict[tuple[str, str, int], dict[str, int]]:
+        """Owner, at the end: the token usage of every recorded rollout, by (suite, task hash, repeat). A trial another
+        plugin ended (pytest-timeout's) may have had its rollout finish later, paid for: the verdicts count it. Read
+        afresh: under xdist the workers recorded such rollouts at their end, after the early read for Gym's metrics."""
+        try:
+            records = read_records(self.run_dir / ROLLOUTS_FILE)
+        except (OSError, RecordError):
+            return {}
+        found = {}
+        for record in records:
+            found_stamps = stamps(record)
+            suite, key = found_stamps.suite, found_stamps.key
+            if suite is not None and key is not None:
+                found[(suite, key[0], key[1])] = token_usage(record)
+        return found
 
     def health_checks(self) -> tuple[dict[tuple[str, str, int], tuple[str, tuple[str, ...]]], str | None]:
         """Owner, at the end: Gym's health checks on the run folder; (verdict and checks by (suite, task hash,

@@ -62,7 +62,7 @@ def test_trials_a_timeout_plugin_ended_are_errors_in_the_verdicts(
     # Concurrency 1: each slow rollout starts when its trial's wait (and its timeout) starts.
     result = run(
         pytester, gym, "--timeout", "1", "--gym-concurrency", "1", "--gym-verdict", "gate",
-        "--gym-gate", "mean_reward>=0.8", *xdist,
+        "--gym-gate", "mean_reward>=0.8", "--gym-price-in", "1000000", "--gym-price-out", "1000000", *xdist,
     )  # fmt: skip
     slow = (TASKS - 1) * REPEATS
     outcomes = result.parseoutcomes()
@@ -75,6 +75,10 @@ def test_trials_a_timeout_plugin_ended_are_errors_in_the_verdicts(
     assert (found["trials"], found["errors"]) == (TASKS * REPEATS - slow, slow)  # "trials": those with a reward
     assert found["gates"]["mean_reward>=0.8"]["passed"] is False  # undecided with 4 of 6 errored: not a pass
     result.stdout.fnmatch_lines(["*FAILED data.jsonl::gate?mean_reward>=0.8?*"])
+    # Every rollout that finished was paid for, the timed-out trials' included ($1 a token, 1 in and 1 out each).
+    paid = len((pytester.path / "run" / "rollouts.jsonl").read_text().splitlines())
+    assert paid > TASKS * REPEATS - slow  # some rollout finished after its trial timed out
+    assert (found["totals"]["input_tokens"], found["totals"]["cost"]) == (paid, 2.0 * paid)
 
 
 def test_a_trial_a_fixture_errored_is_an_error_in_the_verdicts(pytester: pytest.Pytester, gym: StandinGym) -> None:
