@@ -21,7 +21,7 @@ import pytest
 
 from pytest_gym.core.dataset import LABEL_FIELDS, DatasetError, Task, read_tasks, task_label, task_name
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
-from pytest_gym.core.outcome import TRIAL_MARK, TRIALS_PROPERTY, TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import INTERRUPTED, TRIALS_PROPERTY, TrialOutcome, TrialSpec
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.core.taskrule import parse_task_rule
@@ -149,9 +149,10 @@ def judge_trial(item: GymTrial, outcome: TrialOutcome) -> None:
 
 
 def raised_by_another(exc: BaseException) -> bool:
-    """Whether an exception in a trial's setup came from outside pytest-gym: a fixture's, another plugin's
-    (pytest-timeout's, raised by its signal into the wait for the rollout), an interrupt. pytest-gym's own
-    ``pytest.fail``/``skip`` carry no traceback (``pytrace=False``) and are called from this package."""
+    """Whether an exception in a trial's setup is other than a failure pytest-gym reported: a fixture's, another
+    plugin's (pytest-timeout's, raised by its signal into the wait for the rollout), an interrupt, a crash. pytest-gym
+    reports its own with ``pytest.fail``/``skip`` called from this package without a traceback (``pytrace=False``),
+    their trials' properties attached when they have an outcome."""
     if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
         return False
     if not isinstance(exc, pytest.fail.Exception) or exc.pytrace:
@@ -165,8 +166,9 @@ def raised_by_another(exc: BaseException) -> bool:
 
 def errored_by_another(spec: TrialSpec) -> TrialOutcome:
     """A trial another plugin's exception ended before it had an outcome: reported as an error by pytest, and
-    counted as one by the verdicts (the report's text is its error), not dropped from them."""
-    return TrialOutcome.for_spec(spec, error="setup", error_class="setup")
+    counted as one by the verdicts (the report's text is its error), not dropped from them (``setup_errors.py``;
+    a task's trials left unfinished: ``run_task``)."""
+    return TrialOutcome.for_spec(spec, error=INTERRUPTED, error_class=INTERRUPTED)
 
 
 class _GymItem(pytest.Function):
@@ -214,15 +216,10 @@ class GymTrial(_GymItem):
         return [self.spec]
 
     def setup(self) -> None:
-        try:
-            super().setup()
-            session = self._session_view()
-            if session is not None:
-                self.outcome = session.trial_outcome(self)
-        except BaseException as exc:
-            if raised_by_another(exc) and all(name != TRIAL_MARK for name, _ in self.user_properties):
-                self.user_properties.extend(errored_by_another(self.spec).to_properties())
-            raise
+        super().setup()
+        session = self._session_view()
+        if session is not None:
+            self.outcome = session.trial_outcome(self)
 
     def runtest(self) -> None:
         if self.outcome is not None:
@@ -266,13 +263,7 @@ class GymTask(_GymItem):
     task_run: TaskRun | None = None
 
     def setup(self) -> None:
-        try:
-            super().setup()
-        except BaseException as exc:  # a fixture's: none of the task's trials ran, each is an error in the verdicts
-            if raised_by_another(exc):
-                errored = [errored_by_another(spec).to_properties() for spec in self.specs]
-                self.user_properties.append((TRIALS_PROPERTY, [[list(p) for p in props] for props in errored]))
-            raise
+        super().setup()
         view = self._session_view()
         if view is not None:
             session = self.session

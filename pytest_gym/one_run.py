@@ -42,7 +42,8 @@ def rerun_request(config: pytest.Config) -> str | None:
             return flag
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return f"{flag} {value}"
-    if config.pluginmanager.hasplugin("rerunfailures"):
+    # pytest-rerunfailures reads the ini setting only when --reruns is not given (--reruns 0 turns it off).
+    if config.pluginmanager.hasplugin("rerunfailures") and config.getoption("reruns", None) is None:
         try:
             value = config.getini("reruns")
         except ValueError:  # an older pytest-rerunfailures, without the ini setting

@@ -177,6 +177,8 @@ def _wrong_fields(known: dict[str, Any]) -> list[str]:
 TRIAL_MARK = "gym_task_hash"
 #: --gym-verdict task: a task's reports carry each of its trials' properties as one list under this name.
 TRIALS_PROPERTY = "gym_trials"
+#: The ``error_class`` of a trial another plugin ended before it had an outcome (pytest-timeout's, a fixture's).
+INTERRUPTED = "interrupted"
 _TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}(?:-[0-9A-Za-z_.@+-]+)?\[r\d+\]$")  # core.dataset.task_name
 #: A trial's usage counts as ``tokens`` holds them: Gym's token counts, and the agent's turns and tool calls.
 USAGE_NAMES = ("input_tokens", "output_tokens", "total_tokens", "turns", "tool_calls")

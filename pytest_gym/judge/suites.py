@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.core.outcome import TrialOutcome
+from pytest_gym.core.outcome import INTERRUPTED, TrialOutcome
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.baseline import (
     Baseline,
@@ -68,6 +68,8 @@ class TrialRecord:
     checks: tuple[str, ...] = ()
     #: The verdict came from Gym's checks at the end of the run (not from the trial's own answer).
     late: bool = False
+    #: Another plugin ended the trial before its outcome (``INTERRUPTED``): its rollout may have finished since.
+    interrupted: bool = False
 
     def cost(self) -> TrialCost:
         return TrialCost(
@@ -345,6 +347,7 @@ class SuiteResults:
         record = self.trials.setdefault(key, TrialRecord(suite, outcome.task_hash, outcome.repeat, outcome.line))
         if errored or outcome.error is not None:
             record.error = True
+            record.interrupted = outcome.error_class == INTERRUPTED
         elif outcome.reward is not None:
             record.reward = outcome.reward
         record.latency_s = outcome.latency_s
@@ -362,14 +365,14 @@ class SuiteResults:
                 record.health, record.checks, record.late = verdict, checks, True
 
     def unpaid_errors(self) -> bool:
-        """Whether some errored trial has no token usage (its rollout may have finished after it errored)."""
-        return any(r.error and not r.tokens for r in self.trials.values())
+        """Whether another plugin ended a trial with no token usage (its rollout may have finished after)."""
+        return any(r.interrupted and not r.tokens for r in self.trials.values())
 
     def apply_usage(self, usage: Mapping[tuple[str, str, int], dict[str, int]]) -> None:
-        """Token usage recorded for errored trials that had none: their rollouts finished, and were paid for."""
+        """Token usage recorded for interrupted trials that had none: their rollouts finished, and were paid for."""
         for key, tokens in usage.items():
             record = self.trials.get(key)
-            if record is not None and record.error and not record.tokens and tokens:
+            if record is not None and record.interrupted and not record.tokens and tokens:
                 record.tokens = dict(tokens)
 
     def health_properties(self) -> dict[str, list[tuple[str, str]]]:

@@ -270,6 +270,7 @@ class Dispatcher:
         self._slots = _Slots(self.concurrency)
         self._progress: asyncio.Event | None = None
         self._feeder: asyncio.Future[None] | concurrent.futures.Future[None] | None = None
+        self._feed_task: asyncio.Task[Any] | None = None  # the feeder's own task, on the loop (cancelled at stop)
         self._watchdog: asyncio.Future[None] | concurrent.futures.Future[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._call(self._init())
@@ -620,6 +621,7 @@ class Dispatcher:
 
     async def _feed(self) -> None:
         assert self._progress is not None
+        self._feed_task = asyncio.current_task()
         while not (self._stopping or self._closing):
             await self._slots.acquire()
             spec = None if self._stopping or self._closing else self._admitted_candidate()
@@ -837,11 +839,13 @@ class Dispatcher:
     async def _cancel_all(self) -> None:
         self._wake()
         tasks = list(self._tasks)
-        if isinstance(self._feeder, asyncio.Task) and not self._feeder.done():
-            # Inline, an exception another plugin raised into pytest's thread (pytest-timeout's signal) may have cut
-            # a pass of the loop short and lost the feeder's wake-up: it would be left pending when the loop closes.
-            self._feeder.cancel()
-            tasks.append(self._feeder)
+        feeder = self._feed_task
+        if feeder is not None and not feeder.done():
+            # Woken above, it ends at its next pass; one that took a slot given back by a cancelled rollout waits
+            # again (or, inline, lost its wake-up to a pass another plugin's signal cut short): left pending, the
+            # loop would close on it.
+            feeder.cancel()
+            tasks.append(feeder)
         for task in tasks:
             task.cancel()
         if tasks:

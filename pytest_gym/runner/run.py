@@ -72,6 +72,8 @@ class GymRun:
     owner: bool
     #: (index, count) of this xdist worker; None without xdist and on the controller.
     worker: tuple[int, int] | None = None
+    #: Run the rollouts' event loop in pytest's thread (None: the dispatcher's choice; False under pytest-timeout).
+    inline_loop: bool | None = None
     #: The process whose end ends the run when it is not this one (an xdist worker's controller): what this
     #: process starts lives until that one ends. Decided at the top, where xdist is known.
     owner_pid: int | None = None
@@ -162,6 +164,7 @@ class GymRun:
                 ),
                 check_evidence=self.settings.health_check == "on",
                 admission=admission,
+                inline=self.inline_loop,
             )
             writer = self.open_writer()
             writer.add_servers(environment_servers(endpoint))  # Gym's _ng_environment_server/_ng_result_type

@@ -81,18 +81,29 @@ def test_trials_a_timeout_plugin_ended_are_errors_in_the_verdicts(
     assert (found["totals"]["input_tokens"], found["totals"]["cost"]) == (paid, 2.0 * paid)
 
 
-def test_a_trial_a_fixture_errored_is_an_error_in_the_verdicts(pytester: pytest.Pytester, gym: StandinGym) -> None:
-    gym.rewards = None  # every answer at once, reward 1.0
-    pytester.makeconftest(
-        """
+SETUP_ERRORS = {
+    "fixture": """
         import pytest
 
         @pytest.fixture(autouse=True)
         def broken_for_r1(request):
             if request.node.name.endswith("[r1]"):
                 raise RuntimeError("the conftest's fixture broke")
-        """
-    )
+        """,
+    "setup hook": """
+        def pytest_runtest_setup(item):
+            if item.name.endswith("[r1]"):
+                raise RuntimeError("a plugin's setup hook broke")
+        """,
+}
+
+
+@pytest.mark.parametrize("where", SETUP_ERRORS)
+def test_a_trial_whose_setup_another_broke_is_an_error_in_the_verdicts(
+    pytester: pytest.Pytester, gym: StandinGym, where: str
+) -> None:
+    gym.rewards = None  # every answer at once, reward 1.0
+    pytester.makeconftest(SETUP_ERRORS[where])
     result = run(pytester, gym)
     result.assert_outcomes(passed=TASKS, errors=TASKS)
     found = suite(pytester)
@@ -122,3 +133,33 @@ def test_a_task_a_fixture_errored_counts_each_trial_as_an_error(pytester: pytest
     result.assert_outcomes(errors=TASKS)
     found = suite(pytester)
     assert (found["trials"], found["errors"]) == (0, TASKS * REPEATS)
+
+
+BLOCKING_STEP = """
+import time
+
+import pytest_gym.rollout.transport as transport
+
+_run = transport.Rollouts.run
+
+
+async def run(self, spec):
+    if spec.task_index == 1 and spec.repeat == 0:
+        time.sleep(1.5)  # a rollout's step that takes long (a huge answer parsed and masked), in the loop's thread
+    return await _run(self, spec)
+
+
+transport.Rollouts.run = run
+"""
+
+
+def test_a_timeout_s_signal_ends_the_trial_it_timed_and_no_other(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """Without xdist pytest's thread would run the rollouts' loop: the signal raised inside a rollout's step ended
+    that task, its slot was never given back, and every later trial timed out (the slow one passed)."""
+    gym.rewards = None  # every answer at once
+    pytester.makeconftest(BLOCKING_STEP)
+    result = run(pytester, gym, "--timeout", "1", "--gym-concurrency", "1", "-p", "no:xdist")
+    result.assert_outcomes(passed=TASKS * REPEATS - 1, errors=1)
+    result.stdout.fnmatch_lines(["ERROR data.jsonl::*[[]r0[]] - Failed: Timeout*"])
+    found = suite(pytester)
+    assert (found["trials"], found["errors"]) == (TASKS * REPEATS - 1, 1)

@@ -142,9 +142,12 @@ def test_a_flaky_marker_on_trials_reruns_none_and_says_so(
     result.stdout.fnmatch_lines([f"note: The flaky marker {NOTE}*"])
 
 
-def test_no_rerun_asked_no_note(pytester: pytest.Pytester, policy: tuple[StandinGym, LaterSamplesPass]) -> None:
+@pytest.mark.parametrize("ini", ["", "reruns = 2\n"], ids=["no ini", "--reruns 0 over the ini"])
+def test_no_rerun_asked_no_note(
+    pytester: pytest.Pytester, policy: tuple[StandinGym, LaterSamplesPass], ini: str
+) -> None:
     gym, _ = policy
-    result = run(pytester, gym, "--reruns", "0")
+    result = run(pytester, gym, "--reruns", "0", ini=ini)
     result.assert_outcomes(failed=TRIALS)
     assert NOTE not in result.stdout.str()
 
