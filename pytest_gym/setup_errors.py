@@ -9,8 +9,6 @@ errored trial, whatever route the exception took. pytest-gym's own failures carr
 
 from __future__ import annotations
 
-from collections.abc import Generator
-
 import pytest
 
 from pytest_gym.collect import GymTask, GymTrial, errored_by_another, raised_by_another
@@ -21,19 +19,17 @@ PLUGIN_NAME = "pytest-gym-setup-errors"
 
 
 class SetupErrors:
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(
-        self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        report = yield
-        if call.when == "setup" and call.excinfo is not None and raised_by_another(call.excinfo.value):
-            names = {name for name, _ in item.user_properties}
-            if isinstance(item, GymTrial) and TRIAL_MARK not in names:
-                item.user_properties.extend(errored_by_another(item.spec).to_properties())
-            elif isinstance(item, GymTask) and TRIALS_PROPERTY not in names:  # none ran (a fixture's error)
-                errored = [errored_by_another(spec).to_properties() for spec in item.specs]
-                item.user_properties.append((TRIALS_PROPERTY, [[list(p) for p in props] for props in errored]))
-        return report
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+        """Before pytest makes the report (which copies the item's properties): the errored trials' properties."""
+        if call.when != "setup" or call.excinfo is None or not raised_by_another(call.excinfo.value):
+            return
+        names = {name for name, _ in item.user_properties}
+        if isinstance(item, GymTrial) and TRIAL_MARK not in names:
+            item.user_properties.extend(errored_by_another(item.spec).to_properties())
+        elif isinstance(item, GymTask) and TRIALS_PROPERTY not in names:  # none of its trials ran (a fixture's error)
+            errored = [errored_by_another(spec).to_properties() for spec in item.specs]
+            item.user_properties.append((TRIALS_PROPERTY, [[list(p) for p in props] for props in errored]))
 
 
 def count_setup_errors(config: pytest.Config) -> None:
