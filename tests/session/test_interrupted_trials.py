@@ -163,3 +163,44 @@ def test_a_timeout_s_signal_ends_the_trial_it_timed_and_no_other(pytester: pytes
     result.stdout.fnmatch_lines(["ERROR data.jsonl::*[[]r0[]] - Failed: Timeout*"])
     found = suite(pytester)
     assert (found["trials"], found["errors"]) == (TASKS * REPEATS - 1, 1)
+
+
+THREADS = """
+import threading
+from pathlib import Path
+
+
+def pytest_runtest_teardown(item):
+    with Path("threads.txt").open("a") as fh:
+        fh.write(" ".join(t.name for t in threading.enumerate()) + "\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "own_thread"),
+    [
+        ((), "", False),
+        (("--timeout", "30"), "", True),
+        ((), "30", True),
+        (("--timeout", "30", "--timeout-method", "thread"), "", False),
+        (("--timeout", "30", "-o", "timeout_func_only=true"), "", False),
+    ],
+    ids=["no timeout", "signal timeout", "PYTEST_TIMEOUT", "thread method", "func_only"],
+)
+def test_the_rollouts_loop_has_its_own_thread_only_under_a_signal_timeout(
+    pytester: pytest.Pytester,
+    gym: StandinGym,
+    monkeypatch: pytest.MonkeyPatch,
+    args: tuple[str, ...],
+    env: str,
+    own_thread: bool,
+) -> None:
+    gym.rewards = None
+    pytester.makeconftest(THREADS)
+    if env:
+        monkeypatch.setenv("PYTEST_TIMEOUT", env)
+    else:
+        monkeypatch.delenv("PYTEST_TIMEOUT", raising=False)
+    run(pytester, gym, *args, "-p", "no:xdist").assert_outcomes(passed=TASKS * REPEATS)
+    seen = (pytester.path / "threads.txt").read_text()
+    assert ("pytest-gym-dispatch" in seen) is own_thread
