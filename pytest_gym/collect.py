@@ -21,7 +21,7 @@ import pytest
 
 from pytest_gym.core.dataset import LABEL_FIELDS, DatasetError, Task, read_tasks, task_label, task_name
 from pytest_gym.core.masking import MAX_MESSAGE, clean_text
-from pytest_gym.core.outcome import INTERRUPTED, TRIALS_PROPERTY, TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import INTERRUPTED, TrialOutcome, TrialSpec, trials_property
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.core.shard import Shard, parse_shard
 from pytest_gym.core.taskrule import parse_task_rule
@@ -148,20 +148,23 @@ def judge_trial(item: GymTrial, outcome: TrialOutcome) -> None:
     )
 
 
-def raised_by_another(exc: BaseException) -> bool:
-    """Whether an exception in a trial's setup is other than a failure pytest-gym reported: a fixture's, another
-    plugin's (pytest-timeout's, raised by its signal into the wait for the rollout), an interrupt, a crash. pytest-gym
-    reports its own with ``pytest.fail``/``skip`` called from this package without a traceback (``pytrace=False``),
-    their trials' properties attached when they have an outcome."""
-    if isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)):
-        return False
+def reported_here(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure pytest-gym reported: ``pytest.fail(..., pytrace=False)`` called from this package
+    (one of the last two frames, ``fail``'s own being the last)."""
     if not isinstance(exc, pytest.fail.Exception) or exc.pytrace:
-        return True
+        return False
     frames: list[str] = []
     tb = exc.__traceback__
     while tb is not None:
         frames, tb = [*frames[-1:], tb.tb_frame.f_code.co_filename], tb.tb_next
-    return not any(name.startswith(_PACKAGE_DIR) for name in frames)
+    return any(name.startswith(_PACKAGE_DIR) for name in frames)
+
+
+def raised_by_another(exc: BaseException) -> bool:
+    """Whether an exception in a trial's setup is other than a failure or skip pytest-gym reported (whose trials
+    carry their properties when they have an outcome): a fixture's, another plugin's (pytest-timeout's, raised by its
+    signal into the wait for the rollout), an interrupt, a crash."""
+    return not isinstance(exc, (pytest.skip.Exception, pytest.xfail.Exception)) and not reported_here(exc)
 
 
 def errored_by_another(spec: TrialSpec) -> TrialOutcome:
@@ -193,14 +196,8 @@ class _GymItem(pytest.Function):
         hidden. Filtering it costs a path and a ``stat`` per frame (about 20 per trial failure); the report is
         the same without.
         """
-        value = excinfo.value
-        traceback = excinfo.traceback
-        if (
-            isinstance(value, pytest.fail.Exception)
-            and not value.pytrace
-            and any(entry.frame.code.raw.co_filename.startswith(_PACKAGE_DIR) for entry in traceback[-2:])
-        ):
-            return traceback[-1:]
+        if reported_here(excinfo.value):
+            return excinfo.traceback[-1:]
         return super()._traceback_filter(excinfo)
 
 
@@ -318,9 +315,7 @@ def run_task(item: GymTask, outcome_of: Callable[[TrialSpec], TrialOutcome]) -> 
         except BaseException as exc:
             if raised_by_another(exc):  # the trials it left unfinished are errors, the others as they ended
                 unfinished = [errored_by_another(s) for s in specs[i:]]
-                item.user_properties.append(
-                    (TRIALS_PROPERTY, [[list(p) for p in o.to_properties()] for o in [*carried, *unfinished]])
-                )
+                item.user_properties.append(trials_property([*carried, *unfinished]))
             raise
         carried.append(outcome)
         if outcome.ok:
@@ -340,7 +335,7 @@ def run_task(item: GymTask, outcome_of: Callable[[TrialSpec], TrialOutcome]) -> 
             ("gym_repeats", len(specs)),
             ("gym_trials_run", len(ran)),
             ("gym_successes", successes),
-            (TRIALS_PROPERTY, [[list(p) for p in o.to_properties()] for o in carried]),
+            trials_property(carried),
         ]
     )
     if verdict is None:

@@ -18,6 +18,7 @@ from typing import Protocol
 import pytest
 
 from pytest_gym.collect import GymTask, GymTrial
+from pytest_gym.core.numbers import is_int
 
 
 class _Protocol(Protocol):
@@ -40,7 +41,7 @@ def rerun_request(config: pytest.Config) -> str | None:
         value = config.getoption(dest, None)
         if value is True:
             return flag
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        if is_int(value) and value > 0:
             return f"{flag} {value}"
     # pytest-rerunfailures reads the ini setting only when --reruns is not given (--reruns 0 turns it off).
     if config.pluginmanager.hasplugin("rerunfailures") and config.getoption("reruns", None) is None:

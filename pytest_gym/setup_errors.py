@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_gym.collect import GymTask, GymTrial, errored_by_another, raised_by_another
-from pytest_gym.core.outcome import TRIAL_MARK, TRIALS_PROPERTY
+from pytest_gym.core.outcome import TRIAL_MARK, TRIALS_PROPERTY, trials_property
 
 #: The hook's name in the plugin manager.
 PLUGIN_NAME = "pytest-gym-setup-errors"
@@ -28,8 +28,7 @@ class SetupErrors:
         if isinstance(item, GymTrial) and TRIAL_MARK not in names:
             item.user_properties.extend(errored_by_another(item.spec).to_properties())
         elif isinstance(item, GymTask) and TRIALS_PROPERTY not in names:  # none of its trials ran (a fixture's error)
-            errored = [errored_by_another(spec).to_properties() for spec in item.specs]
-            item.user_properties.append((TRIALS_PROPERTY, [[list(p) for p in props] for props in errored]))
+            item.user_properties.append(trials_property(errored_by_another(spec) for spec in item.specs))
 
 
 def count_setup_errors(config: pytest.Config) -> None:

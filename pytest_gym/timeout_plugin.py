@@ -36,7 +36,7 @@ def signal_timeout(config: pytest.Config) -> bool:
         func_only = config.getini("timeout_func_only")
     except ValueError:  # a pytest-timeout without these settings
         return False
-    seconds = _number(value) if value not in (None, "") else None
+    seconds = _number(value)  # None for no value ("None", "": not numbers)
     if seconds is None or seconds <= 0:
         return False
     default = "signal" if hasattr(signal, "SIGALRM") else "thread"

@@ -195,6 +195,12 @@ def is_trial(properties: Iterable[tuple[str, object]]) -> bool:
     return any(name in (TRIAL_MARK, TRIALS_PROPERTY) for name, _ in properties)
 
 
+def trials_property(outcomes: Iterable[TrialOutcome]) -> tuple[str, list[list[list[object]]]]:
+    """A task's report property carrying its trials (``--gym-verdict task``), as ``task_trials`` reads it back:
+    builtins only, each trial's ``to_properties`` pairs as lists."""
+    return TRIALS_PROPERTY, [[list(pair) for pair in outcome.to_properties()] for outcome in outcomes]
+
+
 def task_trials(nodeid: str, properties: Iterable[tuple[str, object]]) -> list[TrialOutcome]:
     """The trials a task's reports carry (``--gym-verdict task``): each one's outcome, named ``<task>[rN]``."""
     found = []
