@@ -9,7 +9,6 @@ out of them, so a run of 6 trials with 5 timed out said "1 trial, 0 errors, mean
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.standin import StandinGym, serving
+from tests.helpers.standin_runs import attached_run, suite_summary
 
 pytest.importorskip("pytest_timeout")
 
@@ -42,19 +42,7 @@ def gym() -> Iterator[StandinGym]:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
-    pytester.makeini("[pytest]\n")
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(TASKS)]
-    (pytester.path / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return pytester.runpytest_subprocess(
-        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", str(REPEATS),
-        "--gym-run-dir", "run", "--gym-summary", "summary.json", "--gym-trajectories", "off",
-        "-p", "no:cacheprovider", "-p", "no:randomly", *args,
-    )  # fmt: skip
-
-
-def suite(pytester: pytest.Pytester) -> dict[str, Any]:
-    found: dict[str, Any] = json.loads((pytester.path / "summary.json").read_text())["suites"]["data.jsonl"]
-    return found
+    return attached_run(pytester, gym, TASKS, REPEATS, *args, subprocess=True)  # a signal: a process of its own
 
 
 @pytest.mark.parametrize("xdist", XDIST)
@@ -73,7 +61,7 @@ def test_trials_a_timeout_plugin_ended_are_errors_in_the_verdicts(
     # The timeout's exception cut passes of the rollouts' event loop short (pytest's thread runs it without xdist):
     # the loop still ends clean, its feeder task not left pending.
     assert "Task was destroyed but it is pending" not in result.stderr.str()
-    found = suite(pytester)
+    found = suite_summary(pytester)
     assert (found["trials"], found["errors"]) == (TASKS * REPEATS - slow, slow)  # "trials": those with a reward
     assert found["gates"]["mean_reward>=0.8"]["passed"] is False  # undecided with 4 of 6 errored: not a pass
     result.stdout.fnmatch_lines(["*FAILED data.jsonl::gate?mean_reward>=0.8?*"])
@@ -108,7 +96,7 @@ def test_a_trial_whose_setup_another_broke_is_an_error_in_the_verdicts(
     pytester.makeconftest(SETUP_ERRORS[where])
     result = run(pytester, gym)
     result.assert_outcomes(passed=TASKS, errors=TASKS)
-    found = suite(pytester)
+    found = suite_summary(pytester)
     assert (found["trials"], found["errors"], found["verdict"]) == (TASKS, TASKS, "FAIL")
 
 
@@ -116,7 +104,7 @@ def test_a_task_s_unfinished_trials_are_errors_in_the_verdicts(pytester: pytest.
     args = ("--timeout", TIMEOUT, "--gym-concurrency", "1", "--gym-verdict", "task", "-p", "no:xdist")
     result = run(pytester, gym, *args)
     result.assert_outcomes(passed=1, errors=TASKS - 1)
-    found = suite(pytester)
+    found = suite_summary(pytester)
     assert found["trials"] + found["errors"] == TASKS * REPEATS
     assert found["errors"] >= TASKS - 1  # each slow task's first trial at least; its second may have run meanwhile
 
@@ -134,7 +122,7 @@ def test_a_task_a_fixture_errored_counts_each_trial_as_an_error(pytester: pytest
     )
     result = run(pytester, gym, "--gym-verdict", "task")
     result.assert_outcomes(errors=TASKS)
-    found = suite(pytester)
+    found = suite_summary(pytester)
     assert (found["trials"], found["errors"]) == (0, TASKS * REPEATS)
 
 
@@ -165,7 +153,7 @@ def test_a_timeout_s_signal_ends_the_trial_it_timed_and_no_other(pytester: pytes
     result.assert_outcomes(passed=TASKS * REPEATS - 1, errors=1)
     # The trial timed out is the slow one, or the one waiting for the slot it holds (prefetched ahead of it).
     result.stdout.fnmatch_lines(["ERROR data.jsonl::* - Failed: Timeout*"])
-    found = suite(pytester)
+    found = suite_summary(pytester)
     assert (found["trials"], found["errors"]) == (TASKS * REPEATS - 1, 1)
 
 

@@ -9,7 +9,6 @@ the suite's other tests keep their reruns.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.standin import StandinGym, serving
+from tests.helpers.standin_runs import attached_run, suite_summary, summary
 
 pytest_rerunfailures = pytest.importorskip("pytest_rerunfailures")
 
@@ -50,18 +50,11 @@ def policy() -> Iterator[tuple[StandinGym, LaterSamplesPass]]:
 
 
 def run(pytester: pytest.Pytester, gym: StandinGym, *args: str, ini: str = "") -> pytest.RunResult:
-    pytester.makeini(f"[pytest]\n{ini}")
-    rows = [{"responses_create_params": {"input": [{"role": "user", "content": f"q{i}"}]}} for i in range(TASKS)]
-    (pytester.path / "data.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return pytester.runpytest(
-        "--gym-url", gym.url, "--gym-agent", AGENT, "--gym-dataset", "data.jsonl", "--gym-repeats", str(REPEATS),
-        "--gym-run-dir", "run", "--gym-summary", "summary.json", "--gym-trajectories", "off",
-        "-p", "no:cacheprovider", "-p", "no:randomly", *args,
-    )  # fmt: skip
+    return attached_run(pytester, gym, TASKS, REPEATS, *args, ini=ini)
 
 
 def mean_reward(pytester: pytest.Pytester) -> float:
-    value: float = json.loads((pytester.path / "summary.json").read_text())["suites"]["data.jsonl"]["mean_reward"]
+    value: float = suite_summary(pytester)["mean_reward"]
     return value
 
 
@@ -97,7 +90,7 @@ def test_a_rerun_plugin_does_not_rerun_a_trial_into_a_pass(
     assert sorted(rewards.calls.values()) == [1] * TRIALS  # one rollout per trial: none paid for twice
     assert mean_reward(pytester) == 0.0
     result.stdout.fnmatch_lines([f"note: {request_text} {NOTE}*"])
-    assert NOTE in json.loads((pytester.path / "summary.json").read_text())["notes"][0]
+    assert NOTE in summary(pytester)["notes"][0]
 
 
 @pytest.mark.parametrize("xdist", XDIST)
