@@ -8,6 +8,7 @@ not change it). A 429 or 503 answer's ``Retry-After`` lengthens the wait, within
 
 from __future__ import annotations
 
+import os
 import random
 import time
 
@@ -37,6 +38,13 @@ RETRYABLE_CLASSES = frozenset({"connection", "timeout", "gym_failure"})
 BASE_DELAY_S = 0.5
 MAX_DELAY_S = 30.0
 
+#: The jitter's own generator. The ``random`` module's is shared: pytest-randomly reseeds it before every test,
+#: so each trial's backoffs would repeat the same draws, and trials throttled together (a 429 to all at once)
+#: would retry together again. Seeded from the system once (again in a forked child).
+_jitter = random.Random()
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_jitter.seed)
+
 
 def is_retryable(error_class: str | None, http_status: int | None) -> bool:
     if error_class in RETRYABLE_CLASSES:
@@ -47,7 +55,7 @@ def is_retryable(error_class: str | None, http_status: int | None) -> bool:
 def backoff_s(attempt: int, rng: random.Random | None = None) -> float:
     """Delay before attempt ``attempt + 1`` (attempt counts from 1): exponential, capped, full jitter."""
     ceiling = min(MAX_DELAY_S, BASE_DELAY_S * (2 ** max(0, attempt - 1)))
-    return (rng or random).uniform(ceiling / 2, ceiling)
+    return (rng or _jitter).uniform(ceiling / 2, ceiling)
 
 
 #: The longest wait a server's ``Retry-After`` can ask for (it is also kept within the trial timeout).

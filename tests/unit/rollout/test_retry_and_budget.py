@@ -46,6 +46,15 @@ def test_backoff_has_jitter() -> None:
     assert len({round(backoff_s(3, rng), 6) for _ in range(20)}) > 10
 
 
+def test_the_jitter_does_not_repeat_when_the_random_module_is_reseeded() -> None:
+    """pytest-randomly reseeds ``random`` before every test: trials throttled together must not retry together."""
+    draws = []
+    for _ in range(5):
+        random.seed(1234)  # as before each trial
+        draws.append(backoff_s(3))
+    assert len(set(draws)) == 5
+
+
 def test_gym_infrastructure_failure_kind_is_a_fault_but_a_verifier_verdict_is_a_result() -> None:
     body = b'{"reward": 0.0, "failure_kind": "provider_unavailable", "failure_reason": "upstream 503"}'
     with pytest.raises(TrialFault) as excinfo:
