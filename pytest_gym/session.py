@@ -458,7 +458,7 @@ class GymSession:
             health, results.health_note = self._step("Gym's health checks", self.run.health_checks) or ({}, None)
             results.apply_health(health)
         entries = None if self.merged else self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
-        if not self.merged and results.unpaid_errors():  # a timeout plugin's: their rollouts may have finished since
+        if not (self.merged or self.settings.rescore) and (self.run.stopped or results.unpaid_errors()):
             results.apply_usage(self._step("reading the rollouts' usage", self.run.recorded_usage) or {})
         self.add_worker_notes(self.run.take_notes())
         verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
@@ -479,8 +479,7 @@ class GymSession:
         compared = self._step("comparing answers", compare_answers, self.run_dir, verdicts, suites, settings_of,
                               self.config.rootpath)  # fmt: skip
         sources, notes = compared or ({}, [])
-        for note in notes:
-            self.add_note(note)
+        self.add_worker_notes(notes)
         summary = RunSummary(
             run_dir=str(self.run_dir), suites=suites, notes=list(self.notes), trace_url=self.settings.trace_url,
             concurrency=self.run.concurrency_summary(), baseline_run=str(next(iter(sources.values()), "")) or None,
@@ -490,7 +489,7 @@ class GymSession:
             summary.shard, summary.verdicts = str(self.shard), "deferred" if self.deferred else "judged"
         if self.merged is not None:
             summary.merged_from = [f.label for f in self.merged.folders]
-        summary.budget = results.run_budget()
+        summary.budget, summary.unjudged = results.run_budget(), results.unjudged
         self.summary = summary
         self._step("writing the summary", write_summary, self.run_dir, summary, self.settings.summary)
         self._step("Gym's benchmark metrics", self.suites.write_benchmark_metrics, verdicts, entries or [])

@@ -44,6 +44,7 @@ from pytest_gym.judge.summary import (
     SuiteSummary,
     TaskRef,
     TotalsSummary,
+    UnjudgedSpend,
 )
 from pytest_gym.judge.totals import SuiteTotals, TrialCost, suite_totals
 from pytest_gym.judge.verdict_word import annotate
@@ -72,15 +73,20 @@ class TrialRecord:
     interrupted: bool = False
 
     def cost(self) -> TrialCost:
-        return TrialCost(
-            latency_s=None if self.reused else self.latency_s,
-            attempts=self.attempts,
-            input_tokens=self.tokens.get("input_tokens"),
-            output_tokens=self.tokens.get("output_tokens"),
-            total_tokens=self.tokens.get("total_tokens"),
-            turns=self.tokens.get("turns"),
-            tool_calls=self.tokens.get("tool_calls"),
-        )
+        return usage_cost(self.tokens, None if self.reused else self.latency_s, self.attempts)
+
+
+def usage_cost(tokens: Mapping[str, int], latency_s: float | None = None, attempts: int = 1) -> TrialCost:
+    """A trial's cost figures from its token usage (Gym's ``usage`` counts, turns and tool calls)."""
+    return TrialCost(
+        latency_s=latency_s,
+        attempts=attempts,
+        input_tokens=tokens.get("input_tokens"),
+        output_tokens=tokens.get("output_tokens"),
+        total_tokens=tokens.get("total_tokens"),
+        turns=tokens.get("turns"),
+        tool_calls=tokens.get("tool_calls"),
+    )
 
 
 @dataclass(frozen=True)
@@ -336,6 +342,8 @@ class SuiteResults:
     skips: dict[str, dict[tuple[str, int], str]] = field(default_factory=dict)
     #: What creates a missing baseline: the run's own command with --gym-update-baseline, when known.
     update_hint: str = "--gym-update-baseline"
+    #: What finished rollouts spent that no suite counts (``apply_usage``); None: none, or not looked for.
+    unjudged: UnjudgedSpend | None = None
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
@@ -365,15 +373,38 @@ class SuiteResults:
                 record.health, record.checks, record.late = verdict, checks, True
 
     def unpaid_errors(self) -> bool:
-        """Whether another plugin ended a trial with no token usage (its rollout may have finished after)."""
-        return any(r.interrupted and not r.tokens for r in self.trials.values())
+        """Whether a trial errored with no token usage: another plugin ended it, or it was not run
+        (--gym-max-errors), and its rollout may have finished all the same, paid for."""
+        return any(r.error and not r.tokens and not r.reused for r in self.trials.values())
 
     def apply_usage(self, usage: Mapping[tuple[str, str, int], dict[str, int]]) -> None:
-        """Token usage recorded for interrupted trials that had none: their rollouts finished, and were paid for."""
+        """The run folder's token usage by trial: interrupted trials that had none take theirs (their rollouts
+        finished, and were paid for); what no suite counts is ``unjudged``."""
         for key, tokens in usage.items():
             record = self.trials.get(key)
             if record is not None and record.interrupted and not record.tokens and tokens:
                 record.tokens = dict(tokens)
+        self.unjudged = self.unjudged_spend(usage)
+
+    def unjudged_spend(self, usage: Mapping[tuple[str, str, int], dict[str, int]]) -> UnjudgedSpend | None:
+        """What the rollouts recorded in ``usage`` (by suite, task hash, repeat) spent that no suite counts: those
+        of trials that never ran (pytest stopped first) or errored without their rollout (not run); None: none."""
+        by_suite: dict[str, list[TrialCost]] = defaultdict(list)
+        for key, tokens in usage.items():
+            record = self.trials.get(key)
+            if record is None or (record.error and not record.tokens and not record.reused):
+                by_suite[key[0]].append(usage_cost(tokens))
+        if not by_suite:
+            return None
+        cost = tokens_spent = None
+        for suite, costs in by_suite.items():
+            own = self.settings_for(suite)[0] if self.settings_for else self.settings
+            totals = suite_totals(costs, own.price_in, own.price_out)
+            if totals.cost is not None:
+                cost = (cost or 0.0) + totals.cost
+            if totals.total_tokens is not None:
+                tokens_spent = (tokens_spent or 0) + totals.total_tokens
+        return UnjudgedSpend(rollouts=sum(map(len, by_suite.values())), tokens=tokens_spent, cost=cost)
 
     def health_properties(self) -> dict[str, list[tuple[str, str]]]:
         """node id -> the JUnit properties of Gym's end-of-run health verdict (the trial's reports are gone)."""

@@ -112,6 +112,28 @@ class SpendSummary(_Model):
         return ", ".join(parts)
 
 
+class UnjudgedSpend(_Model):
+    """Rollouts that finished and were paid for, yet count in no suite: pytest stopped before their trials ran (-x,
+    --maxfail, Ctrl-C, dispatched ahead of pytest), or reported them as not run (--gym-max-errors, --gym-run-timeout).
+    Their records stay in the run folder (``--gym-resume`` reuses them); ``cost`` at each suite's prices."""
+
+    rollouts: int = 0
+    tokens: int | None = None
+    cost: float | None = None
+
+    def line(self) -> str:
+        """``not judged: 8 rollouts finished for trials that did not run (16 tokens, $0.0012 spent) ...``."""
+        spent = [f"{self.tokens:,} tokens" if self.tokens is not None else "usage unknown"]
+        if self.cost is not None:
+            spent.append(f"${self.cost:.4g}")
+        return (
+            f"not judged: {self.rollouts} rollout{'s' if self.rollouts != 1 else ''} finished for trials that did not "
+            "run or count "
+            f"({', '.join(spent)} spent, in no suite's totals); their records are in the run folder: "
+            "--gym-resume reuses them"
+        )
+
+
 class SequentialCheck(_Model):
     """One gate's sequential check (``judge.sequential``): how and when it was decided, its confidence sequence."""
 
@@ -388,6 +410,8 @@ class RunSummary(_Model):
     known_failures: dict[str, Any] | None = None
     #: The run's budget (--gym-max-cost, --gym-max-tokens) and what the run spent.
     budget: SpendSummary | None = None
+    #: What finished rollouts spent that no suite counts (the run stopped before their trials), when any.
+    unjudged: UnjudgedSpend | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"run_dir": self.run_dir, "suites": {n: s.to_json() for n, s in self.suites.items()}}
@@ -399,8 +423,9 @@ class RunSummary(_Model):
         ):  # fmt: skip
             if getattr(self, key) is not None:
                 data[key] = getattr(self, key)
-        if self.budget is not None:
-            data["budget"] = self.budget.model_dump(mode="json")
+        for key in ("budget", "unjudged"):
+            if (part := getattr(self, key)) is not None:
+                data[key] = part.model_dump(mode="json")
         data.update(self.model_extra or {})
         return data
 

@@ -236,7 +236,8 @@ def _sequential_line(seq: SequentialSummary) -> str:
 
 
 def run_lines(summary: RunSummary | None) -> list[str]:
-    """Lines about the run as a whole: its budget and what it spent, the rate limits it met and its concurrency."""
+    """Lines about the run as a whole: its budget and what it spent (in a suite or not), the rate limits it met and
+    its concurrency."""
     if summary is None:
         return []
     lines = []
@@ -244,6 +245,8 @@ def run_lines(summary: RunSummary | None) -> list[str]:
     if b is not None:
         stopped = f", {b.skipped} trials not run" if b.skipped else ""
         lines.append(f"budget: spent {b.line()} on {b.trials} trials{stopped}")
+    if summary.unjudged is not None:
+        lines.append(summary.unjudged.line())
     c = summary.concurrency
     if c is not None:
         line = f"concurrency: {c.throttled} answers 429/503 (429: {c.status_429}, 503: {c.status_503})"

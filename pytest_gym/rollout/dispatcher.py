@@ -405,6 +405,11 @@ class Dispatcher:
             self._watchdog.cancel()
         if self._alive():
             self._call(self._cancel_all(), timeout=30)
+        if cancelled := self.counts.pop("cancelled in flight", 0):
+            self.problems.append(
+                f"{cancelled} rollout{'s' if cancelled != 1 else ''} cancelled in flight when the run stopped: Gym may "
+                "run them to the end all the same, and the model bill them; their usage is known nowhere"
+            )
         self.record_pending()
 
     def close(self) -> None:
@@ -742,6 +747,7 @@ class Dispatcher:
         return future
 
     async def _run(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome]) -> None:
+        sent = False
         try:
             slot = await self.claims.acquire_slot()
             try:
@@ -750,6 +756,7 @@ class Dispatcher:
                     self._unstart(spec, refused, future)
                     return
                 try:
+                    sent = True
                     outcome = await self._rollouts.run(spec)
                 except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
                     outcome = TrialOutcome.for_spec(
@@ -760,6 +767,7 @@ class Dispatcher:
             finally:
                 self.claims.release_slot(slot)
         except asyncio.CancelledError:
+            self.counts["cancelled in flight"] += sent  # Gym may finish it all the same: paid, never recorded
             self._slots.release()
             self._guard("the claim board", self.claims.release, spec.nodeid)
             future.set_result(

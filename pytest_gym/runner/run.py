@@ -84,6 +84,8 @@ class GymRun:
     #: Whether a trial of this process reported ``error`` already (or learnt that another one did).
     error_reported: bool = False
     gym_dead: str | None = None
+    #: Dispatching was stopped before the end (``stop_dispatch``).
+    stopped: bool = False
     notes: list[str] = field(default_factory=list)
     #: The helper process running Gym's steps on the run folder (trajectories, then health checks).
     gym_helper: GymHelper | None = None
@@ -284,6 +286,8 @@ class GymRun:
             write_atomically(target, json.dumps(endpoint.to_json()).encode(), fsync=False)
 
     def stop_dispatch(self) -> None:
+        """Start no rollout more (-x, Ctrl-C, --gym-max-errors, --gym-run-timeout); cancel those in flight."""
+        self.stopped = True  # rollouts may have finished ahead of trials that now never run: paid, judged nowhere
         if self.dispatcher is not None:
             self.dispatcher.stop()
 

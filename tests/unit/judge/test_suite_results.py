@@ -91,6 +91,29 @@ def test_results_keep_what_totals_need_through_the_xdist_codec() -> None:
     assert metrics["flaky_rate"] == 1.0
 
 
+def test_unjudged_spend_counts_what_no_suite_counts_at_each_suite_s_prices() -> None:
+    """Recorded usage of trials that never ran, or errored without their rollout, is counted once, each suite at
+    its own prices; a judged trial's usage and a reused trial's are not counted again."""
+    h = task_hash(row(0))
+    usage = {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}
+    results = SuiteResults(
+        GymSettings(price_in=1.0, price_out=1.0),
+        [],
+        settings_for=lambda suite: (GymSettings(price_in=3.0 if suite == "b.jsonl" else 1.0, price_out=1.0), []),
+    )
+    results.add(_outcome("a.jsonl", h, 0, 1.0, tokens=usage))  # judged with its usage
+    results.add(_outcome("a.jsonl", h, 1, None, error="not run", error_class="setup"))  # errored, no usage
+    results.add(_outcome("a.jsonl", h, 2, None, error="gone", error_class="http_status", reused=True))
+    recorded = {("a.jsonl", h, r): usage for r in range(4)} | {("b.jsonl", h, 0): usage}
+    unjudged = results.unjudged_spend(recorded)
+    assert unjudged is not None
+    # a r1 (errored without it), a r3 (never ran), b r0 (never ran): a r0 is judged, a r2 reused.
+    assert (unjudged.rollouts, unjudged.tokens) == (3, 36)
+    assert unjudged.cost == pytest.approx((2 * (10 * 1.0 + 2 * 1.0) + (10 * 3.0 + 2 * 1.0)) / 1e6)
+    assert unjudged.line().startswith("not judged: 3 rollouts finished for trials that did not run or count")
+    assert results.unjudged_spend({("a.jsonl", h, 0): usage}) is None
+
+
 def _judge(tmp_path: Path, suites: dict[str, dict[int, list[float]]], **settings: Any) -> list[Any]:
     results = SuiteResults(GymSettings(**settings), parse_gates(settings.get("gate", ()), "test"))
     for suite, tasks in suites.items():

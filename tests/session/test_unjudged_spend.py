@@ -1,0 +1,131 @@
+"""Rollouts a run paid for and judged nowhere are counted, not dropped.
+
+pytest-gym starts rollouts ahead of pytest (up to ``--gym-concurrency`` at once). When pytest stops first (``-x``,
+``--maxfail``, Ctrl-C) or reports the rest as not run (``--gym-max-errors``), the rollouts that finished meanwhile
+were paid for, are in the run folder, and count in no suite: before, the run's totals left them out (a ``-x`` run
+of 10 trials over 8 slots sent 17 rollouts, recorded 9 and reported the tokens of 1). Now the summary's
+``unjudged`` and a run line say what they spent, and a note says how many were cancelled in flight (Gym may still
+run those to the end; their usage is known nowhere). The stand-in Gym (``tests/helpers/standin.py``) answers task
+q0 after ``FIRST_S`` with reward 0 (the first failure) and the other tasks at once, or after ``SLOW_S``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers.standin import StandinGym, reply, serving
+from tests.helpers.standin_runs import attached_run, suite_summary, summary
+
+AGENT = "fake_agent"
+TASKS, REPEATS = 5, 2
+FIRST_S, SLOW_S = 0.5, 4.0
+XDIST = [("-p", "no:xdist"), ("-n", "2")]
+#: $1 per token in and out: the stand-in's usage is 1 + 1 tokens a rollout, so $2 a rollout.
+PRICES = ("--gym-price-in", "1000000", "--gym-price-out", "1000000")
+CANCELLED = re.compile(r"(\d+) rollouts? cancelled in flight when the run stopped")
+
+
+def task_of(body: dict[str, Any]) -> str:
+    return str(body["responses_create_params"]["input"][0]["content"])
+
+
+def answering(slow: str | None = None) -> Any:
+    """Rewards: q0 fails after FIRST_S, ``slow`` passes after SLOW_S, every other task passes at once."""
+
+    def reward(body: dict[str, Any]) -> float:
+        task = task_of(body)
+        if task in ("q0", slow):
+            time.sleep(FIRST_S if task == "q0" else SLOW_S)  # the stand-in serves each connection in its own thread
+        return 0.0 if task == "q0" else 1.0
+
+    return reward
+
+
+@pytest.fixture
+def gym() -> Iterator[StandinGym]:
+    with serving(AGENT) as server:
+        server.rewards = answering()
+        yield server
+
+
+def records(pytester: pytest.Pytester) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (pytester.path / "run" / "rollouts.jsonl").read_text().splitlines()]
+
+
+def cancelled_in_flight(pytester: pytest.Pytester) -> int:
+    """The rollouts the notes say were cancelled in flight (one note per process)."""
+    return sum(int(m.group(1)) for note in summary(pytester)["notes"] if (m := CANCELLED.search(note)))
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_rollouts_finished_ahead_of_a_stopped_run_are_counted(
+    pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
+) -> None:
+    result = attached_run(pytester, gym, TASKS, REPEATS, "-x", "-q", "--gym-concurrency", "8", *PRICES, *xdist)
+    assert result.ret in (pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.INTERRUPTED)  # xdist's -x: interrupted
+    judged = suite_summary(pytester)
+    counted = judged["trials"] + judged["errors"]
+    assert counted < TASKS * REPEATS  # -x stopped the run
+    paid = len(records(pytester))
+    unjudged = summary(pytester).get("unjudged") or {"rollouts": 0, "tokens": 0, "cost": 0.0}
+    # Every recorded rollout is judged in the suite or counted here; $2 and 2 tokens each.
+    assert unjudged["rollouts"] == paid - judged["totals"]["trials_with_usage"]
+    assert (unjudged["tokens"], unjudged["cost"]) == (2 * unjudged["rollouts"], 2.0 * unjudged["rollouts"])
+    if xdist[0] == "-p":  # one process: the other tasks answer at once, all finished while q0 takes FIRST_S
+        assert unjudged["rollouts"] >= (TASKS - 1) * REPEATS  # (xdist's workers run some of them meanwhile)
+    # Every request Gym saw was recorded or is in the cancelled count.
+    assert paid <= gym.calls["/run"] <= paid + cancelled_in_flight(pytester)
+    if unjudged["rollouts"]:  # the line survives -q: money is never a detail
+        result.stdout.fnmatch_lines(
+            [f"not judged: {unjudged['rollouts']} rollout* finished for trials that did not run*"]
+        )
+
+
+def test_rollouts_cancelled_in_flight_are_noted(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    gym.rewards = answering(slow="q1")  # q1's two rollouts are still in flight when q0 fails
+    attached_run(pytester, gym, TASKS, REPEATS, "-x", "--gym-concurrency", "8", "-p", "no:xdist")
+    cancelled = cancelled_in_flight(pytester)
+    assert cancelled >= REPEATS
+    # Each of them was sent (Gym saw it) and none recorded: what Gym ran of them is known nowhere else.
+    assert gym.calls["/run"] == len(records(pytester)) + cancelled
+    assert not any(r["_ng_task_index"] == 1 for r in records(pytester))  # q1
+
+
+def test_rollouts_finished_for_trials_reported_not_run_are_counted(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """--gym-max-errors reports the trials after its limit as not run, finished rollouts or not."""
+    gym.rewards = None  # every answer at once, reward 1.0; the first three are Gym's faults
+    gym.faults = [reply({"detail": "boom"}, 500) for _ in range(3)]
+    args = ("--gym-max-errors", "1", "--gym-retries", "0", "--gym-concurrency", "8", *PRICES, "-p", "no:xdist")
+    attached_run(pytester, gym, TASKS, REPEATS, *args)
+    judged = suite_summary(pytester)["totals"]["trials_with_usage"]
+    unjudged = summary(pytester)["unjudged"]
+    assert unjudged["rollouts"] == len(records(pytester)) - judged > 0
+    assert unjudged["cost"] == 2.0 * unjudged["rollouts"]
+
+
+def test_resume_reuses_what_a_stopped_run_left(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """The line says their records are in the run folder and --gym-resume reuses them: it does."""
+    attached_run(pytester, gym, TASKS, REPEATS, "-x", "--gym-concurrency", "8", "-p", "no:xdist")
+    first = gym.calls["/run"]
+    paid = len(records(pytester))
+    (pytester.path / "run").rename(pytester.path / "earlier")
+    result = attached_run(pytester, gym, TASKS, REPEATS, "--gym-resume", "earlier", "-p", "no:xdist")
+    result.assert_outcomes(passed=(TASKS - 1) * REPEATS, failed=REPEATS)
+    assert gym.calls["/run"] - first == TASKS * REPEATS - paid
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_a_run_that_judged_every_rollout_has_nothing_unjudged(
+    pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
+) -> None:
+    result = attached_run(pytester, gym, TASKS, REPEATS, "--gym-concurrency", "8", *xdist)
+    result.assert_outcomes(passed=(TASKS - 1) * REPEATS, failed=REPEATS)
+    assert "unjudged" not in summary(pytester)
+    assert not cancelled_in_flight(pytester)
+    assert "not judged" not in result.stdout.str()
