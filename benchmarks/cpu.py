@@ -26,9 +26,9 @@ Target (issue 19): a run costs at most 1.25x plain pytest's CPU.
 
 Every command runs as a normal Python does, caching bytecode (``PYTHONDONTWRITEBYTECODE`` is dropped from
 their environment), after one warm-up run of each; ``-p no:hypothesispytest -p no:randomly -p no:anyio
--p no:rerunfailures -p no:timeout`` for both (plugins of this repo's test dependencies, no part of pytest-gym:
-anyio's alone, which httpx and MLflow bring, imports trio, about 0.2 s of every run). Every wait is bounded;
-everything started is stopped.
+-p no:rerunfailures -p no:repeat -p no:timeout`` for both (plugins of this repo's test dependencies, no part of
+pytest-gym: anyio's alone, which httpx and MLflow bring, imports trio, about 0.2 s of every run). Every wait is
+bounded; everything started is stopped.
 
 Then, unless ``--no-phases``, one more run of ``pytest-gym`` and of ``plain`` (not in the medians) with
 ``benchmarks/cpu_phases.py``: the CPU of each phase side by side (start-up and collection; the trials; the end
@@ -162,7 +162,7 @@ def base_args() -> list[str]:
     return [
         sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:hypothesispytest",
         "-p", "no:randomly", "-p", "no:anyio", "-p", "no:rerunfailures",
-        "-p", "no:timeout",
+        "-p", "no:repeat", "-p", "no:timeout",
     ]  # fmt: skip
 
 

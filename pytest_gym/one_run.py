@@ -8,6 +8,11 @@ that, and every attempt is a rollout the run pays for. These plugins rerun throu
 pytest-gym runs its own items with pytest's own protocol first (``tryfirst``): once, with every other plugin's
 wrappers (timeouts, warnings, capture) as usual, and the rest of a suite keeps its reruns. An errored rollout is
 retried by ``--gym-retries``; more samples of a task come from ``--gym-repeats``.
+
+pytest-repeat (``--count N``, ``@pytest.mark.repeat(N)``) repeats a test by parametrizing it in
+``pytest_generate_tests``, which pytest calls for the functions of test modules; a Gym item is made from a dataset
+row and never goes through it. A user who asked for N samples per task would get one per trial, silently: a note
+says so too, naming ``--gym-repeats``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Protocol
 
 import pytest
 
-from pytest_gym.collect import GymTask, GymTrial
+from pytest_gym.collect import GymDatasetFile, GymTask, GymTrial
 from pytest_gym.core.numbers import is_int
 
 
@@ -62,31 +67,76 @@ def rerun_note(request: str) -> str:
     )
 
 
+def repeat_request(config: pytest.Config) -> str | None:
+    """How this run asks pytest-repeat to repeat every test (``--count 5``), or None (``--count 1`` is its default)."""
+    if not config.pluginmanager.hasplugin("repeat"):
+        return None
+    value = config.getoption("count", None)
+    return f"--count {value}" if is_int(value) and value > 1 else None
+
+
+def repeat_marked(item: pytest.Item) -> bool:
+    """Whether ``item`` carries a repeat marker that would repeat a test function (``repeat(n)``, n > 1)."""
+    marker = item.get_closest_marker("repeat")
+    if marker is None:
+        return False
+    try:
+        return int(marker.args[0]) > 1
+    except (IndexError, TypeError, ValueError):  # pytest-repeat would fail on it: it asks for nothing
+        return False
+
+
+def suite_repeats(items: list[pytest.Item]) -> list[int]:
+    """The ``--gym-repeats`` of the suites of ``items`` (a suite file may set its own), each once."""
+    return sorted({item.parent.repeats for item in items if isinstance(item.parent, GymDatasetFile)})
+
+
+def repeat_note(request: str, repeats: list[int]) -> str:
+    """``repeats``: the ``--gym-repeats`` this run's suites take (several: suite files set their own)."""
+    said = ", ".join(map(str, repeats))
+    this_run = f" (this run: {said})" if len(repeats) == 1 else f" (this run's suites: {said})" if repeats else ""
+    return (
+        f"{request} does not repeat Gym trials: pytest-repeat repeats test functions, and a Gym trial is not one. "
+        f"--gym-repeats N takes N samples per task{this_run}."
+    )
+
+
 class OneRunPerTrial:
     """Registered beside the session: runs Gym items with pytest's own ``runner`` protocol, ahead of rerun
-    plugins; other items are left to the plugins as usual. ``note`` hears once that a rerun was asked for (by an
-    option, read at the first Gym item when every plugin is configured, or by a ``flaky`` marker on one)."""
+    plugins; other items are left to the plugins as usual. ``note`` hears once that a rerun was asked for, and
+    once that pytest-repeat was (by an option, read at the first Gym item when every plugin is configured, or by
+    a ``flaky`` or ``repeat`` marker on one)."""
 
     def __init__(self, runner: _Protocol, note: Callable[[str], None]) -> None:
         self._runner, self._note = runner, note
-        self._options_read = self._told = False
+        self._options_read = self._rerun_done = self._repeat_done = False
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         if not isinstance(item, (GymTrial, GymTask)):
             return None
-        if not self._told:
+        if not (self._rerun_done and self._repeat_done):
             self._tell(item)
         return self._runner.pytest_runtest_protocol(item=item, nextitem=nextitem)
 
     def _tell(self, item: pytest.Item) -> None:
-        request = None if self._options_read else rerun_request(item.config)
-        self._options_read = True
-        if request is None and item.get_closest_marker("flaky") is not None:
-            request = "The flaky marker"
-        if request is not None:
-            self._told = True
-            self._note(rerun_note(request))
+        options, self._options_read = not self._options_read, True
+        if options and not item.config.pluginmanager.hasplugin("repeat"):
+            self._repeat_done = True  # without pytest-repeat nothing repeats: a repeat marker asks for nothing
+        if not self._rerun_done:
+            request = rerun_request(item.config) if options else None
+            if request is None and item.get_closest_marker("flaky") is not None:
+                request = "The flaky marker"
+            if request is not None:
+                self._rerun_done = True
+                self._note(rerun_note(request))
+        if not self._repeat_done:
+            request = repeat_request(item.config) if options else None
+            if request is None and repeat_marked(item):
+                request = "The repeat marker"
+            if request is not None:
+                self._repeat_done = True
+                self._note(repeat_note(request, suite_repeats(item.session.items)))
 
 
 #: The guard's name in the plugin manager.
