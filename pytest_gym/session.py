@@ -379,14 +379,15 @@ class GymSession:
         if text not in self.notes:
             self.notes.append(text)
 
-    def add_worker_notes(self, notes: Sequence[object]) -> None:
-        """Notes from a worker or the run (the controller keeps one copy of each)."""
+    def add_worker_notes(self, notes: Sequence[object], stopped: bool = False) -> None:
+        """Notes from a worker or the run (the controller keeps one copy of each); a worker's run ``stopped``."""
+        self.run.stopped = self.run.stopped or stopped
         for note in notes:
             self.add_note(note)
 
     def worker_payload(self) -> dict[str, Any]:
         """What a worker sends the controller at its end (builtins only: xdist serialises it)."""
-        return {"notes": list(self.notes)}
+        return {"notes": list(self.notes), "stopped": self.run.stopped}
 
     # -- the end of the session, in order ----------------------------------------------------------
 
@@ -461,7 +462,7 @@ class GymSession:
         if not (self.merged or self.settings.rescore) and (self.run.stopped or results.unpaid_errors()):
             results.apply_usage(self._step("reading the rollouts' usage", self.run.recorded_usage) or {})
         self.add_worker_notes(self.run.take_notes())
-        verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
+        verdicts = self._step("judging the suites", results.judge, self.config.rootpath, self.run.stopped)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # no verdict is not a pass
         self.verdicts = verdicts = verdicts or []

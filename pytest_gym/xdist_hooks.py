@@ -157,8 +157,8 @@ class XdistHooks:
 
     @pytest.hookimpl
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        """On the controller: a worker finished; keep its notes for the summary."""
+        """On the controller: a worker finished; keep its notes for the summary, and whether its rollouts stopped."""
         payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
         gym = self._session()
         if gym is not None and isinstance(payload, dict):
-            gym.add_worker_notes(payload.get("notes") or [])
+            gym.add_worker_notes(payload.get("notes") or [], stopped=payload.get("stopped") is True)

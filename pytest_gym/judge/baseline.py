@@ -38,7 +38,7 @@ from pydantic import (
 from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.locks import locked
 from pytest_gym.judge.paired import ALPHA, PairedTest, Rule, flip, min_pairs, paired_test, passes_by_count
-from pytest_gym.judge.stats import SuiteStats
+from pytest_gym.judge.stats import SuiteStats, suite_stats
 
 SCHEMA_VERSION = 2
 #: Versions this pytest-gym reads: 1 (one unnamed suite), 2 (suites by name).
@@ -184,6 +184,51 @@ def baseline_from(
             {**stats.to_dict(per_task=False), "efficiency": dict(efficiency) if efficiency is not None else None}
         ),
         tasks=tasks,
+    )
+
+
+def merge_selected(stored: Baseline | None, fresh: Baseline) -> tuple[Baseline | None, str]:
+    """The baseline a narrowed run (-k, -m, --deselect, --lf) writes: its tasks' entries over the stored ones, the
+    others kept, the suite's numbers judged again over them all (its cost figures kept: they are the whole suite's);
+    None when they cannot be merged (other settings, entries without their rewards). And what to say of it.
+
+    Written as it ran, the selection would replace the whole suite's baseline: a task picked with ``-k`` to look at
+    would leave the suite's baseline with that one task, and every later run's comparison with it.
+    """
+    if stored is None:
+        return fresh, f"the {len(fresh.tasks)} selected tasks only (the selection narrowed the suite)"
+    if stored.settings != fresh.settings:
+        differ = sorted(
+            k for k in {*stored.settings, *fresh.settings} if stored.settings.get(k) != fresh.settings.get(k)
+        )
+        return None, (
+            f"not updated: the selection narrowed the suite, and its baseline was written with other settings "
+            f"({', '.join(differ)} differ): run the whole suite to replace it"
+        )
+    repeats = fresh.settings.get("repeats")
+    whole = {h: t for h, t in fresh.tasks.items() if not isinstance(repeats, int) or t.n + t.errors >= repeats}
+    partly = [h for h in fresh.tasks if h not in whole and h in stored.tasks]  # some repeats: the stored one stays
+    tasks = {**stored.tasks, **{h: t for h, t in fresh.tasks.items() if h not in partly}}
+    if any(t.rewards is None for t in tasks.values()):
+        return None, (
+            "not updated: the selection narrowed the suite, and its baseline predates per-trial rewards (the other "
+            "tasks' numbers cannot be judged again): run the whole suite to replace it"
+        )
+    stats = suite_stats(
+        {h: t.rewards or [] for h, t in tasks.items()},
+        fresh.suite.min_reward,
+        {h: t.errors for h, t in tasks.items() if t.errors},
+        str(fresh.settings.get("task_pass", "all")),
+    )
+    lines = {h: t.line for h, t in tasks.items() if t.line is not None}
+    merged = baseline_from(stats, fresh.settings, lines, fresh.created_at, stored.suite.efficiency)
+    updated = sum(1 for h in fresh.tasks if h in stored.tasks and h not in partly)
+    new = len(fresh.tasks) - updated - len(partly)
+    others = sum(1 for h in stored.tasks if h not in fresh.tasks)
+    said = [f"{updated} task{'s' * (updated != 1)} updated", f"{new} added"]
+    said += [f"{len(partly)} with only some repeats selected kept"] if partly else []
+    return merged.model_copy(update={"run": stored.run}), (
+        f"{', '.join(said)}, {others} not selected kept (the selection narrowed the suite)"
     )
 
 

@@ -23,6 +23,7 @@ from pytest_gym.judge.baseline import (
     baseline_from,
     compare,
     load_baselines,
+    merge_selected,
     task_label,
     update_baselines,
 )
@@ -491,10 +492,12 @@ class SuiteResults:
         stopped = sum(1 for skips in self.skips.values() for kind in skips.values() if kind == "budget")
         return spend(settings.max_cost, settings.max_tokens, cost, tokens, fresh, stopped)
 
-    def judge(self, rootdir: Path) -> list[SuiteVerdict]:
+    def judge(self, rootdir: Path, stopped: bool = False) -> list[SuiteVerdict]:
         """Every suite's verdict: statistics, its comparison with its baseline, then its gates.
 
-        Baselines to update are written at the end, one write per file, each suite under its own key.
+        Baselines to update are written at the end, one write per file, each suite under its own key; none when
+        the run ``stopped`` before all its trials ran (-x, --maxfail, Ctrl-C, --gym-max-errors): what ran is no
+        baseline of the suite.
         """
         verdicts = []
         updates: dict[str, dict[str, Baseline]] = defaultdict(dict)
@@ -515,7 +518,7 @@ class SuiteResults:
             verdict.figures = figures(totals)
             if self.health_on:
                 verdict.health = suite_health(((r.health, r.checks) for r in records), self.health_note)
-            no_comparison = self._baseline(verdict, settings, stored, updates)
+            no_comparison = self._baseline(verdict, settings, stored, updates, stopped)
             verdict.remembered_run = self._remember(verdict, settings, stored, updates, rootdir)
             judged, kept = stats, trials
             if self.known is not None:
@@ -640,6 +643,7 @@ class SuiteResults:
         settings: GymSettings,
         stored: dict[str, StoredBaselines | BaselineError | None],
         updates: dict[str, dict[str, Baseline]],
+        stopped: bool = False,
     ) -> str:
         """Compare with (or queue the update of) the suite's baseline; returns why there is no comparison."""
         path = settings.baseline
@@ -648,17 +652,8 @@ class SuiteResults:
         verdict.baseline_path = path
         suite = verdict.suite
         if settings.update_baseline:
-            updates[path][suite] = baseline_from(
-                verdict.stats, self._baseline_settings(settings), verdict.lines, efficiency=verdict.figures
-            )
-            verdict.baseline_note = f"baseline of {suite} written to {path}"
-            return f"no baseline to compare with: this run writes {path}"
-        if path not in stored:
-            try:
-                stored[path] = load_baselines(path)
-            except BaselineError as exc:
-                stored[path] = exc
-        found = stored[path]
+            return self._update(verdict, settings, stored, updates, stopped)
+        found = self._stored(path, stored)
         if isinstance(found, BaselineError):
             verdict.baseline_note = verdict.baseline_missing = f"baseline unreadable: {found}"
             return verdict.baseline_note
@@ -676,6 +671,55 @@ class SuiteResults:
         verdict.baseline_figures = dict(baseline.suite.efficiency or {})
         verdict.comparison = self._compare(baseline, verdict.stats, verdict, settings)
         return ""
+
+    @staticmethod
+    def _stored(
+        path: str, stored: dict[str, StoredBaselines | BaselineError | None]
+    ) -> StoredBaselines | BaselineError | None:
+        """The baseline file at ``path``, read once per run."""
+        if path not in stored:
+            try:
+                stored[path] = load_baselines(path)
+            except BaselineError as exc:
+                stored[path] = exc
+        return stored[path]
+
+    def _update(
+        self,
+        verdict: SuiteVerdict,
+        settings: GymSettings,
+        stored: dict[str, StoredBaselines | BaselineError | None],
+        updates: dict[str, dict[str, Baseline]],
+        stopped: bool,
+    ) -> str:
+        """Queue the suite's new baseline: the run's; a narrowed run's merged into the stored one; none if stopped."""
+        path, suite = str(settings.baseline), verdict.suite
+        no_comparison = f"no baseline to compare with: this run writes {path}"
+        if stopped or "budget" in self.skips.get(suite, {}).values():
+            verdict.baseline_note = (
+                f"baseline of {suite} not updated: the run stopped before all its trials ran (-x, --maxfail, Ctrl-C, "
+                f"--gym-max-errors, a budget); what ran is no baseline of the suite: run it whole to update {path}"
+            )
+            return no_comparison
+        fresh = baseline_from(
+            verdict.stats, self._baseline_settings(settings), verdict.lines, efficiency=verdict.figures
+        )
+        if not self.narrowed:
+            updates[path][suite] = fresh
+            verdict.baseline_note = f"baseline of {suite} written to {path}"
+            return no_comparison
+        found = self._stored(path, stored)
+        if isinstance(found, BaselineError):
+            verdict.baseline_note = f"baseline of {suite} not updated: the selection narrowed the suite, and {found}"
+            return no_comparison
+        before = found.for_suite(suite, set(verdict.stats.per_task)) if found is not None else None
+        merged, said = merge_selected(before, fresh)
+        if merged is None:
+            verdict.baseline_note = f"baseline of {suite} {said}"
+            return no_comparison
+        updates[path][suite] = merged
+        verdict.baseline_note = f"baseline of {suite} written to {path}: {said}"
+        return no_comparison
 
     def _compare(
         self, baseline: Baseline, stats: SuiteStats, verdict: SuiteVerdict, settings: GymSettings

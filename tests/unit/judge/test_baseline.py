@@ -21,6 +21,7 @@ from pytest_gym.judge.baseline import (
     compare,
     load_baseline,
     load_baselines,
+    merge_selected,
     update_baselines,
     write_baseline,
 )
@@ -314,6 +315,59 @@ def test_an_older_baseline_without_per_trial_rewards_still_compares() -> None:
     fewer = compare(old, suite_stats({h(i): [1.0] for i in range(6)}, 1.0))  # 1 trial now: all of them
     assert set(fewer.deltas.values()) == {0.5}
     assert any("predates per-trial rewards" in note for note in fewer.notes)
+
+
+# --- a narrowed run's update (-k, -m, --deselect, --lf) ------------------------------------------------------
+
+
+def test_a_narrowed_update_replaces_the_selected_tasks_and_keeps_the_others() -> None:
+    stored = make_baseline({i: [1.0, 1.0] for i in range(10)}, errors={10: 2})
+    selected = make_baseline({0: [0.0, 0.0], 11: [1.0, 0.0]})  # task 0 broke; task 11 is new
+    merged, said = merge_selected(stored, selected)
+    assert merged is not None
+    assert set(merged.tasks) == set(stored.tasks) | {h(11)}
+    assert merged.tasks[h(0)] == selected.tasks[h(0)]
+    assert merged.tasks[h(5)] == stored.tasks[h(5)]
+    # The suite's numbers are judged again over all of them, as a whole run with these rewards would be.
+    whole = make_baseline({**{i: [1.0, 1.0] for i in range(1, 10)}, 0: [0.0, 0.0], 11: [1.0, 0.0]}, errors={10: 2})
+    assert merged.suite == whole.suite.model_copy(update={"efficiency": stored.suite.efficiency})
+    assert (merged.suite.tasks, merged.suite.trials, merged.suite.errors) == (12, 22, 2)
+    assert said == "1 task updated, 1 added, 10 not selected kept (the selection narrowed the suite)"
+
+
+def test_a_narrowed_update_of_its_own_entries_changes_no_number() -> None:
+    stored = make_baseline({0: [1.0, 0.0], 1: [1.0, 1.0], 2: [0.0, 0.0], 3: [0.5, 1.0]}, errors={4: 1})
+    merged, _ = merge_selected(stored, make_baseline({1: [1.0, 1.0], 3: [0.5, 1.0]}))
+    assert merged is not None
+    assert (merged.suite, merged.tasks) == (stored.suite, stored.tasks)
+
+
+def test_a_task_with_only_some_repeats_selected_keeps_its_entry() -> None:
+    """``-k r0``: one of each task's two repeats ran; a task's entry is the whole task's or nothing."""
+    stored = make_baseline({0: [1.0, 0.0], 1: [1.0, 1.0]})
+    merged, said = merge_selected(stored, make_baseline({0: [1.0], 2: [0.0]}))  # task 2 is new: added all the same
+    assert merged is not None
+    assert merged.tasks[h(0)] == stored.tasks[h(0)]
+    assert merged.tasks[h(2)].n == 1
+    assert said == (
+        "0 tasks updated, 1 added, 1 with only some repeats selected kept, 1 not selected kept "
+        "(the selection narrowed the suite)"
+    )
+
+
+def test_a_narrowed_update_writes_nothing_it_cannot_merge() -> None:
+    stored = make_baseline({i: [1.0, 1.0] for i in range(4)})
+    other = make_baseline({0: [1.0, 1.0]}).model_copy(update={"settings": {**SETTINGS, "model": "m2"}})
+    merged, said = merge_selected(stored, other)
+    assert merged is None
+    assert "other settings (model differ)" in said
+    for record in stored.tasks.values():
+        record.rewards = None  # written before per-trial rewards were kept
+    merged, said = merge_selected(stored, make_baseline({0: [1.0, 1.0]}))
+    assert merged is None
+    assert "predates per-trial rewards" in said
+    first = make_baseline({0: [1.0, 1.0]})
+    assert merge_selected(None, first) == (first, "the 1 selected tasks only (the selection narrowed the suite)")
 
 
 def test_unused_is_ordered_by_baseline_line() -> None:

@@ -1,0 +1,95 @@
+"""``--gym-update-baseline`` writes what the run measured of the suite, and nothing of what it did not run.
+
+Before, a run that judged part of a suite replaced the suite's whole baseline with that part: ``pytest -k <task>
+--gym-update-baseline`` (the update command the run prints, with the user's ``-k``) left a 10-task baseline with
+the one task, and ``-x`` with the few trials before the first failure; every later comparison judged against that.
+Now a narrowed run (-k, -m, --deselect, --lf) updates its selected tasks and keeps the others, syrupy's way with
+``--snapshot-update``; a stopped run (-x, --maxfail, Ctrl-C, --gym-max-errors) updates nothing and says so.
+The stand-in Gym (``tests/helpers/standin.py``) rewards task q0 with 0.0 and every other with 1.0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers.standin import StandinGym, reply, serving
+from tests.helpers.standin_runs import attached_run
+
+AGENT = "fake_agent"
+TASKS, REPEATS = 6, 2
+XDIST = [("-p", "no:xdist"), ("-n", "2")]
+UPDATE = ("--gym-baseline", "baseline.json", "--gym-update-baseline")
+
+
+@pytest.fixture
+def gym() -> Iterator[StandinGym]:
+    with serving(AGENT) as server:
+        server.rewards = {0: 0.0}
+        yield server
+
+
+def stored(pytester: pytest.Pytester) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads((pytester.path / "baseline.json").read_text())["suites"]["data.jsonl"]
+    return found
+
+
+def rerun(pytester: pytest.Pytester, gym: StandinGym, *args: str) -> pytest.RunResult:
+    """Another run of the suite into a new run folder."""
+    import shutil
+
+    shutil.rmtree(pytester.path / "run", ignore_errors=True)
+    return attached_run(pytester, gym, TASKS, REPEATS, *args)
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_a_narrowed_update_keeps_the_tasks_it_did_not_run(
+    pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
+) -> None:
+    rerun(pytester, gym, *UPDATE)
+    before = stored(pytester)
+    (q1,) = [h for h, t in before["tasks"].items() if t["line"] == 2]
+    gym.rewards = {0: 0.0, 1: 0.0}  # q1 broke since
+    result = rerun(pytester, gym, *UPDATE, "-k", q1[:12], *xdist)
+    assert result.parseoutcomes()["failed"] == REPEATS  # q1's trials alone (xdist's workers deselect the rest)
+    after = stored(pytester)
+    assert set(after["tasks"]) == set(before["tasks"])  # before: only q1 was left
+    assert after["tasks"][q1]["mean_reward"] == 0.0
+    assert {h: t for h, t in after["tasks"].items() if h != q1} == {h: t for h, t in before["tasks"].items() if h != q1}
+    assert (after["suite"]["tasks"], after["suite"]["trials"]) == (TASKS, TASKS * REPEATS)
+    assert after["suite"]["mean_reward"] == pytest.approx((TASKS - 2) / TASKS)
+    result.stdout.fnmatch_lines(["*baseline of data.jsonl written to *: 1 task updated, 0 added, 5 not selected kept*"])
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_a_stopped_run_updates_no_baseline(pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]) -> None:
+    rerun(pytester, gym, *UPDATE)
+    before = (pytester.path / "baseline.json").read_bytes()
+    result = rerun(pytester, gym, *UPDATE, "-x", *xdist)
+    assert result.parseoutcomes()["failed"] == 1  # stopped at q0's first trial
+    assert (pytester.path / "baseline.json").read_bytes() == before
+    result.stdout.fnmatch_lines(["*baseline of data.jsonl not updated: the run stopped before all its trials ran*"])
+
+
+@pytest.mark.parametrize("xdist", XDIST)
+def test_a_run_the_error_budget_stopped_updates_no_baseline(
+    pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
+) -> None:
+    """--gym-max-errors stops the workers' rollouts: the controller hears it from them."""
+    rerun(pytester, gym, *UPDATE)
+    before = (pytester.path / "baseline.json").read_bytes()
+    gym.faults = [reply({"detail": "boom"}, 500) for _ in range(3)]
+    result = rerun(pytester, gym, *UPDATE, "--gym-max-errors", "1", "--gym-retries", "0", *xdist)
+    assert result.parseoutcomes()["errors"] >= 2
+    assert (pytester.path / "baseline.json").read_bytes() == before
+    result.stdout.fnmatch_lines(["*baseline of data.jsonl not updated*"])
+
+
+def test_a_whole_run_still_replaces_the_baseline(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    rerun(pytester, gym, *UPDATE, "-k", "r0")  # the first baseline: the selected tasks only
+    assert stored(pytester)["suite"]["trials"] == TASKS
+    rerun(pytester, gym, *UPDATE)
+    assert (stored(pytester)["suite"]["tasks"], stored(pytester)["suite"]["trials"]) == (TASKS, TASKS * REPEATS)
