@@ -187,29 +187,41 @@ def baseline_from(
     )
 
 
-def merge_selected(stored: Baseline | None, fresh: Baseline) -> tuple[Baseline | None, str]:
-    """The baseline a narrowed run (-k, -m, --deselect, --lf) writes: its tasks' entries over the stored ones, the
-    others kept, the suite's numbers judged again over them all (its cost figures kept: they are the whole suite's);
-    None when they cannot be merged (other settings, entries without their rewards). And what to say of it.
+def updated_baseline(stored: Baseline | None, fresh: Baseline, narrowed: bool) -> tuple[Baseline | None, str]:
+    """The suite's baseline after ``--gym-update-baseline``: ``fresh`` (the run's), over what ``stored`` keeps; None
+    when nothing may be written. And what to say of it ("" when the run's replaced it all, as it ran).
 
-    Written as it ran, the selection would replace the whole suite's baseline: a task picked with ``-k`` to look at
-    would leave the suite's baseline with that one task, and every later run's comparison with it.
+    A task the run has no measurement of keeps its stored entry: every trial errored (Gym died halfway), or, in a
+    ``narrowed`` run (-k, -m, --deselect, --lf), only some of its repeats were selected; a narrowed run also keeps
+    the tasks it did not select. Written as it ran, the run would replace the whole suite's baseline with its part:
+    a task picked with ``-k`` would leave the baseline with that one task, and every later run's comparison with it.
+    The suite's numbers are then judged again over all the tasks (a narrowed run keeps the stored cost figures:
+    they are the whole suite's). A narrowed run whose baseline was written with other settings, or before
+    per-trial rewards were kept, cannot merge: it writes nothing.
     """
     if stored is None:
-        return fresh, f"the {len(fresh.tasks)} selected tasks only (the selection narrowed the suite)"
-    if stored.settings != fresh.settings:
-        differ = sorted(
-            k for k in {*stored.settings, *fresh.settings} if stored.settings.get(k) != fresh.settings.get(k)
+        return (
+            fresh,
+            f"the {len(fresh.tasks)} selected tasks only (the selection narrowed the suite)" if narrowed else "",
         )
+    differ = sorted(k for k in {*stored.settings, *fresh.settings} if stored.settings.get(k) != fresh.settings.get(k))
+    if differ and narrowed:
         return None, (
             f"not updated: the selection narrowed the suite, and its baseline was written with other settings "
             f"({', '.join(differ)} differ): run the whole suite to replace it"
         )
     repeats = fresh.settings.get("repeats")
-    whole = {h: t for h, t in fresh.tasks.items() if not isinstance(repeats, int) or t.n + t.errors >= repeats}
-    partly = [h for h in fresh.tasks if h not in whole and h in stored.tasks]  # some repeats: the stored one stays
-    tasks = {**stored.tasks, **{h: t for h, t in fresh.tasks.items() if h not in partly}}
+    kept = [
+        h
+        for h, t in fresh.tasks.items()
+        if h in stored.tasks and (t.n == 0 or (narrowed and isinstance(repeats, int) and t.n + t.errors < repeats))
+    ]
+    if differ or not (narrowed or kept):
+        return fresh, ""  # the whole suite, every task measured (or the settings changed): the run's, as it ran
+    tasks = {**(stored.tasks if narrowed else {}), **fresh.tasks, **{h: stored.tasks[h] for h in kept}}
     if any(t.rewards is None for t in tasks.values()):
+        if not narrowed:
+            return fresh, ""
         return None, (
             "not updated: the selection narrowed the suite, and its baseline predates per-trial rewards (the other "
             "tasks' numbers cannot be judged again): run the whole suite to replace it"
@@ -221,15 +233,19 @@ def merge_selected(stored: Baseline | None, fresh: Baseline) -> tuple[Baseline |
         str(fresh.settings.get("task_pass", "all")),
     )
     lines = {h: t.line for h, t in tasks.items() if t.line is not None}
-    merged = baseline_from(stats, fresh.settings, lines, fresh.created_at, stored.suite.efficiency)
-    updated = sum(1 for h in fresh.tasks if h in stored.tasks and h not in partly)
-    new = len(fresh.tasks) - updated - len(partly)
+    source = stored if narrowed else fresh  # a narrowed run's cost figures are not the whole suite's
+    merged = baseline_from(stats, fresh.settings, lines, fresh.created_at, source.suite.efficiency)
+    merged.run = source.run
+    if not narrowed:
+        return (
+            merged,
+            f"{len(kept)} task{'s' * (len(kept) != 1)} with no trial measured (all errored) kept as they were",
+        )
+    updated = sum(1 for h in fresh.tasks if h in stored.tasks and h not in kept)
+    said = [f"{updated} task{'s' * (updated != 1)} updated", f"{len(fresh.tasks) - updated - len(kept)} added"]
+    said += [f"{len(kept)} kept as they were (no trial measured, or only some repeats selected)"] if kept else []
     others = sum(1 for h in stored.tasks if h not in fresh.tasks)
-    said = [f"{updated} task{'s' * (updated != 1)} updated", f"{new} added"]
-    said += [f"{len(partly)} with only some repeats selected kept"] if partly else []
-    return merged.model_copy(update={"run": stored.run}), (
-        f"{', '.join(said)}, {others} not selected kept (the selection narrowed the suite)"
-    )
+    return merged, f"{', '.join(said)}, {others} not selected kept (the selection narrowed the suite)"
 
 
 def _describe(exc: ValidationError) -> str:

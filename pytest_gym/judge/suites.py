@@ -23,9 +23,9 @@ from pytest_gym.judge.baseline import (
     baseline_from,
     compare,
     load_baselines,
-    merge_selected,
     task_label,
     update_baselines,
+    updated_baseline,
 )
 from pytest_gym.judge.efficiency import evaluate_efficiency, figures
 from pytest_gym.judge.gates import NO_BASELINE, Gate, GateResult, Imputed, evaluate
@@ -704,21 +704,17 @@ class SuiteResults:
         fresh = baseline_from(
             verdict.stats, self._baseline_settings(settings), verdict.lines, efficiency=verdict.figures
         )
-        if not self.narrowed:
-            updates[path][suite] = fresh
-            verdict.baseline_note = f"baseline of {suite} written to {path}"
-            return no_comparison
         found = self._stored(path, stored)
-        if isinstance(found, BaselineError):
+        if isinstance(found, BaselineError) and self.narrowed:
             verdict.baseline_note = f"baseline of {suite} not updated: the selection narrowed the suite, and {found}"
             return no_comparison
-        before = found.for_suite(suite, set(verdict.stats.per_task)) if found is not None else None
-        merged, said = merge_selected(before, fresh)
-        if merged is None:
+        before = found.for_suite(suite, set(verdict.stats.per_task)) if isinstance(found, StoredBaselines) else None
+        written, said = updated_baseline(before, fresh, self.narrowed)
+        if written is None:
             verdict.baseline_note = f"baseline of {suite} {said}"
             return no_comparison
-        updates[path][suite] = merged
-        verdict.baseline_note = f"baseline of {suite} written to {path}: {said}"
+        updates[path][suite] = written
+        verdict.baseline_note = f"baseline of {suite} written to {path}" + (f": {said}" if said else "")
         return no_comparison
 
     def _compare(

@@ -4,7 +4,8 @@ Before, a run that judged part of a suite replaced the suite's whole baseline wi
 --gym-update-baseline`` (the update command the run prints, with the user's ``-k``) left a 10-task baseline with
 the one task, and ``-x`` with the few trials before the first failure; every later comparison judged against that.
 Now a narrowed run (-k, -m, --deselect, --lf) updates its selected tasks and keeps the others, syrupy's way with
-``--snapshot-update``; a stopped run (-x, --maxfail, Ctrl-C, --gym-max-errors) updates nothing and says so.
+``--snapshot-update``; a stopped run (-x, --maxfail, Ctrl-C, --gym-max-errors) updates nothing and says so; a task
+whose every trial errored keeps its entry.
 The stand-in Gym (``tests/helpers/standin.py``) rewards task q0 with 0.0 and every other with 1.0.
 """
 
@@ -86,6 +87,23 @@ def test_a_run_the_error_budget_stopped_updates_no_baseline(
     assert result.parseoutcomes()["errors"] >= 2
     assert (pytester.path / "baseline.json").read_bytes() == before
     result.stdout.fnmatch_lines(["*baseline of data.jsonl not updated*"])
+
+
+def test_a_whole_update_keeps_the_tasks_whose_every_trial_errored(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """Gym failing q2 and q3 (or dying halfway) leaves them no measurement: they keep what the baseline knew."""
+    rerun(pytester, gym, *UPDATE)
+    before = stored(pytester)
+    answer = gym.run
+    gym.routes["/run"] = lambda request: (
+        reply({"detail": "boom"}, 500) if request.json()["_ng_task_index"] in (2, 3) else answer(request)
+    )
+    result = rerun(pytester, gym, *UPDATE, "--gym-retries", "0")
+    assert result.parseoutcomes()["errors"] == 2 * REPEATS
+    after = stored(pytester)
+    unmeasured = {h for h, t in before["tasks"].items() if t["line"] in (3, 4)}
+    assert {h: after["tasks"][h] for h in unmeasured} == {h: before["tasks"][h] for h in unmeasured}
+    assert after["suite"]["errors"] == 0  # the suite's numbers over what the baseline holds
+    result.stdout.fnmatch_lines(["*baseline of data.jsonl written to *: 2 tasks with no trial measured (all errored)*"])
 
 
 def test_a_whole_run_still_replaces_the_baseline(pytester: pytest.Pytester, gym: StandinGym) -> None:

@@ -21,8 +21,8 @@ from pytest_gym.judge.baseline import (
     compare,
     load_baseline,
     load_baselines,
-    merge_selected,
     update_baselines,
+    updated_baseline,
     write_baseline,
 )
 from pytest_gym.judge.stats import suite_stats
@@ -323,7 +323,7 @@ def test_an_older_baseline_without_per_trial_rewards_still_compares() -> None:
 def test_a_narrowed_update_replaces_the_selected_tasks_and_keeps_the_others() -> None:
     stored = make_baseline({i: [1.0, 1.0] for i in range(10)}, errors={10: 2})
     selected = make_baseline({0: [0.0, 0.0], 11: [1.0, 0.0]})  # task 0 broke; task 11 is new
-    merged, said = merge_selected(stored, selected)
+    merged, said = updated_baseline(stored, selected, narrowed=True)
     assert merged is not None
     assert set(merged.tasks) == set(stored.tasks) | {h(11)}
     assert merged.tasks[h(0)] == selected.tasks[h(0)]
@@ -337,7 +337,7 @@ def test_a_narrowed_update_replaces_the_selected_tasks_and_keeps_the_others() ->
 
 def test_a_narrowed_update_of_its_own_entries_changes_no_number() -> None:
     stored = make_baseline({0: [1.0, 0.0], 1: [1.0, 1.0], 2: [0.0, 0.0], 3: [0.5, 1.0]}, errors={4: 1})
-    merged, _ = merge_selected(stored, make_baseline({1: [1.0, 1.0], 3: [0.5, 1.0]}))
+    merged, _ = updated_baseline(stored, make_baseline({1: [1.0, 1.0], 3: [0.5, 1.0]}), narrowed=True)
     assert merged is not None
     assert (merged.suite, merged.tasks) == (stored.suite, stored.tasks)
 
@@ -345,29 +345,54 @@ def test_a_narrowed_update_of_its_own_entries_changes_no_number() -> None:
 def test_a_task_with_only_some_repeats_selected_keeps_its_entry() -> None:
     """``-k r0``: one of each task's two repeats ran; a task's entry is the whole task's or nothing."""
     stored = make_baseline({0: [1.0, 0.0], 1: [1.0, 1.0]})
-    merged, said = merge_selected(stored, make_baseline({0: [1.0], 2: [0.0]}))  # task 2 is new: added all the same
+    merged, said = updated_baseline(
+        stored, make_baseline({0: [1.0], 2: [0.0]}), narrowed=True
+    )  # task 2 is new: added all the same
     assert merged is not None
     assert merged.tasks[h(0)] == stored.tasks[h(0)]
     assert merged.tasks[h(2)].n == 1
     assert said == (
-        "0 tasks updated, 1 added, 1 with only some repeats selected kept, 1 not selected kept "
-        "(the selection narrowed the suite)"
+        "0 tasks updated, 1 added, 1 kept as they were (no trial measured, or only some repeats selected), "
+        "1 not selected kept (the selection narrowed the suite)"
     )
 
 
 def test_a_narrowed_update_writes_nothing_it_cannot_merge() -> None:
     stored = make_baseline({i: [1.0, 1.0] for i in range(4)})
     other = make_baseline({0: [1.0, 1.0]}).model_copy(update={"settings": {**SETTINGS, "model": "m2"}})
-    merged, said = merge_selected(stored, other)
+    merged, said = updated_baseline(stored, other, narrowed=True)
     assert merged is None
     assert "other settings (model differ)" in said
     for record in stored.tasks.values():
         record.rewards = None  # written before per-trial rewards were kept
-    merged, said = merge_selected(stored, make_baseline({0: [1.0, 1.0]}))
+    merged, said = updated_baseline(stored, make_baseline({0: [1.0, 1.0]}), narrowed=True)
     assert merged is None
     assert "predates per-trial rewards" in said
     first = make_baseline({0: [1.0, 1.0]})
-    assert merge_selected(None, first) == (first, "the 1 selected tasks only (the selection narrowed the suite)")
+    assert updated_baseline(None, first, narrowed=True) == (
+        first,
+        "the 1 selected tasks only (the selection narrowed the suite)",
+    )
+
+
+def test_a_whole_run_replaces_the_baseline_but_keeps_the_tasks_it_measured_nothing_of() -> None:
+    """Gym died halfway: the tasks whose every trial errored keep what the baseline knew of them."""
+    stored = make_baseline({i: [1.0, 1.0] for i in range(6)})
+    run = make_baseline({0: [0.0, 1.0], 1: [1.0, 1.0], 4: [1.0], 7: [1.0, 1.0]}, errors={2: 2, 3: 2, 4: 1})
+    written, said = updated_baseline(stored, run, narrowed=False)
+    assert written is not None
+    assert set(written.tasks) == {h(i) for i in (0, 1, 2, 3, 4, 7)}  # task 5 left the dataset: gone
+    assert (written.tasks[h(2)], written.tasks[h(3)]) == (stored.tasks[h(2)], stored.tasks[h(3)])
+    assert written.tasks[h(4)] == run.tasks[h(4)]  # measured, if only once: the run's
+    assert written.suite.efficiency == run.suite.efficiency
+    assert said == "2 tasks with no trial measured (all errored) kept as they were"
+    # Every task measured, or other settings: the run's baseline as it ran.
+    assert updated_baseline(stored, make_baseline({0: [1.0, 0.0]}), narrowed=False) == (
+        make_baseline({0: [1.0, 0.0]}),
+        "",
+    )
+    other = run.model_copy(update={"settings": {**SETTINGS, "model": "m2"}})
+    assert updated_baseline(stored, other, narrowed=False) == (other, "")
 
 
 def test_unused_is_ordered_by_baseline_line() -> None:
