@@ -71,13 +71,12 @@ def install(config: pytest.Config, run_dir: Path | None = None) -> GymSession:
     from pytest_gym.one_run import guard_trials
     from pytest_gym.session import GymSession
     from pytest_gym.setup_errors import count_setup_errors
-    from pytest_gym.timeout_plugin import signal_timeout
+    from pytest_gym.timeout_plugin import watch_timeouts
 
     session = GymSession.install(config, run_dir)
     guard_trials(config, session.add_note)  # a trial is one sample: no rerun plugin reruns it
     count_setup_errors(config)  # a trial another plugin ended in its setup is an errored trial, not none
-    if signal_timeout(config):  # its signal must find pytest's thread waiting, never inside a rollout
-        session.run.inline_loop = False
+    watch_timeouts(config, session.run)  # a timeout's signal never lands inside a rollout
     return session
 
 

@@ -196,3 +196,48 @@ def test_the_rollouts_loop_has_its_own_thread_only_under_a_signal_timeout(
     run(pytester, gym, *args, "-p", "no:xdist").assert_outcomes(passed=TASKS * REPEATS)
     seen = (pytester.path / "threads.txt").read_text()
     assert ("pytest-gym-dispatch" in seen) is own_thread
+
+
+MARKED = """
+
+import pytest
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:  # the Gym items: a conftest's way to give them pytest-timeout's marker
+        item.add_marker(pytest.mark.{marker})
+"""
+
+
+@pytest.mark.parametrize(
+    ("marker", "own_thread"),
+    [
+        ("timeout(30)", True),
+        ("timeout(timeout=30, method='signal')", True),
+        ("timeout(30, 'thread')", False),
+        ("timeout(timeout=30, func_only=True)", False),
+        ("timeout(0)", False),
+    ],
+    ids=["seconds", "keywords", "thread method", "func_only", "no timeout"],
+)
+def test_a_timeout_marker_on_gym_items_gives_the_loop_its_own_thread(
+    pytester: pytest.Pytester, gym: StandinGym, monkeypatch: pytest.MonkeyPatch, marker: str, own_thread: bool
+) -> None:
+    gym.rewards = None
+    monkeypatch.delenv("PYTEST_TIMEOUT", raising=False)
+    pytester.makeconftest(THREADS + MARKED.format(marker=marker))
+    run(pytester, gym, "-p", "no:xdist").assert_outcomes(passed=TASKS * REPEATS)
+    seen = (pytester.path / "threads.txt").read_text()
+    assert ("pytest-gym-dispatch" in seen) is own_thread
+
+
+def test_a_timeout_marker_s_signal_ends_the_trial_it_timed_and_no_other(
+    pytester: pytest.Pytester, gym: StandinGym, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The marker's signal, as the option's (``test_a_timeout_s_signal_ends_the_trial_it_timed_and_no_other``)."""
+    gym.rewards = None
+    monkeypatch.delenv("PYTEST_TIMEOUT", raising=False)
+    pytester.makeconftest(BLOCKING_STEP + MARKED.format(marker=f"timeout({TIMEOUT})"))
+    result = run(pytester, gym, "--gym-concurrency", "1", "-p", "no:xdist")
+    result.assert_outcomes(passed=TASKS * REPEATS - 1, errors=1)
+    result.stdout.fnmatch_lines(["ERROR data.jsonl::* - Failed: Timeout*"])
