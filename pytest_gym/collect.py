@@ -10,6 +10,7 @@ third of a trial's CPU in this process (``benchmarks/cpu.py``).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -174,6 +175,17 @@ def errored_by_another(spec: TrialSpec) -> TrialOutcome:
     return TrialOutcome.for_spec(spec, error=INTERRUPTED, error_class=INTERRUPTED)
 
 
+@functools.lru_cache(maxsize=64)
+def _from_here(rootpath: str, here: str, file_part: str) -> str:
+    where = os.path.normpath(os.path.join(os.path.relpath(rootpath, here), file_part))
+    return where if where.startswith("..") else f"./{where}"
+
+
+def _file_from_here(rootpath: str, here: str, nodeid: str) -> str:
+    """The file part of ``nodeid`` as a path from ``here`` (once per file: every trial of it asks)."""
+    return _from_here(rootpath, here, nodeid.split("::", 1)[0])
+
+
 class _GymItem(pytest.Function):
     """What trial and task items share: their trials run in setup (not under ``--setup-plan``, which runs
     nothing), and how a failure pytest-gym raised on them is shown."""
@@ -238,9 +250,8 @@ class GymTrial(_GymItem):
     def reportinfo(self) -> tuple[Path, int, str]:
         # The failure header is the node id as a path from the current folder: pasted after pytest, it runs this
         # trial again. "./" keeps it from being a suffix of the node id, which pytest -v would respell (. -> ::).
-        base = os.path.relpath(self.config.rootpath, self.config.invocation_params.dir)
-        where = os.path.normpath(os.path.join(base, *str(self.nodeid).split("::", 1)[:1]))
-        return self.path, self.spec.task.line - 1, f"{'' if where.startswith('..') else './'}{where}::{self.name}"
+        where = _file_from_here(str(self.config.rootpath), str(self.config.invocation_params.dir), self.nodeid)
+        return self.path, self.spec.task.line - 1, f"{where}::{self.name}"
 
     def listextrakeywords(self) -> set[str]:
         """What ``-k`` matches besides the names: also the row's label fields, made only when ``-k`` asks."""
