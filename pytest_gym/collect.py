@@ -132,7 +132,8 @@ def judge_trial(item: GymTrial, outcome: TrialOutcome) -> None:
     spec = item.spec
     session = current_session(item.config)
     record = None
-    if session is not None:  # where Gym's tools (and a reader) find the whole trial
+    low = outcome.reward is not None and outcome.reward < spec.min_reward
+    if session is not None and low:  # where Gym's tools (and a reader) find the whole trial: said on a failure
         record = (
             f"{session.run_dir / ROLLOUTS_FILE} (_ng_task_index={spec.task_index}, _ng_rollout_index={spec.repeat})"
         )
