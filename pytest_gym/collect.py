@@ -176,6 +176,16 @@ def errored_by_another(spec: TrialSpec) -> TrialOutcome:
     return TrialOutcome.for_spec(spec, error=INTERRUPTED, error_class=INTERRUPTED)
 
 
+def suite_coverage(items: Iterable[pytest.Item]) -> dict[str, list[int]]:
+    """Per suite (the path part of its node ids): [its trials in the dataset, those selected to run]. Fewer
+    selected (-k, a node id, --sw, a shard, another plugin's deselection) is a part of the suite."""
+    found: dict[str, list[int]] = {}
+    for item in items:
+        if isinstance(item, (GymTrial, GymTask)) and isinstance(item.parent, GymDatasetFile):
+            found.setdefault(item.nodeid.split("::", 1)[0], [item.parent.whole_trials, 0])[1] += len(item.specs)
+    return found
+
+
 @functools.lru_cache(maxsize=64)
 def _from_here(rootpath: str, here: str, file_part: str) -> str:
     where = os.path.normpath(os.path.join(os.path.relpath(rootpath, here), file_part))
@@ -399,6 +409,8 @@ class GymDatasetFile(pytest.File):
     task_pass: str = "all"
     #: --gym-shard: only the tasks of this shard are collected (the others are no items at all).
     shard: Shard | None = None
+    #: The suite's trials, its dataset's rows times the repeats (the shards' together), once collected.
+    whole_trials: int = 0
     dataset_path: Path
 
     def __init__(self, *args: Any, settings: GymSettings | None = None, **kwargs: Any) -> None:
@@ -446,6 +458,7 @@ class GymDatasetFile(pytest.File):
             )
         self._warn_duplicates(tasks)
         self._warn_missing(tasks)
+        self.whole_trials = len(tasks) * self.repeats  # every shard's: a baseline update needs to know the whole
         session = current_session(self.config)
         offset = session.suites.task_offset(self.dataset_path) if session is not None else 0
         fixtureinfo = None
@@ -579,8 +592,31 @@ class GymDatasetFile(pytest.File):
 
 
 def trial_specs(items: Iterable[pytest.Item]) -> list[TrialSpec]:
-    """The trials of ``items``, in item order (a task item's repeats in repeat order)."""
-    return [spec for item in items if isinstance(item, (GymTrial, GymTask)) for spec in item.specs]
+    """The trials of ``items`` to roll out, in item order (a task item's repeats in repeat order): not those pytest
+    skips before their setup whatever happens (their rollouts would be paid for and judged nowhere)."""
+    return [
+        spec
+        for item in items
+        if isinstance(item, (GymTrial, GymTask)) and not skipped_before_setup(item)
+        for spec in item.specs
+    ]
+
+
+def skipped_before_setup(item: pytest.Item) -> bool:
+    """An unconditional skip: a ``skip`` marker, ``skipif`` with no condition or ``True``, ``xfail(run=False)`` with
+    no condition or ``True`` (a conftest's, or a row's tag through --gym-marker-field). A condition written as a
+    string is left to pytest: pytest-gym does not evaluate it."""
+    if item.get_closest_marker("skip") is not None:
+        return True
+    for mark in item.iter_markers("skipif"):
+        conditions = mark.args or ((mark.kwargs["condition"],) if "condition" in mark.kwargs else ())
+        if not conditions or any(condition is True for condition in conditions):
+            return True
+    for mark in item.iter_markers("xfail"):
+        conditions = mark.args or ((mark.kwargs["condition"],) if "condition" in mark.kwargs else ())
+        if mark.kwargs.get("run", True) is False and (not conditions or any(c is True for c in conditions)):
+            return True
+    return False
 
 
 def sequential_order(items: list[pytest.Item], seed: int) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,6 +29,7 @@ from pytest_gym.collect import (
     GymTrial,
     raise_fault,
     sequential_order,
+    suite_coverage,
     trial_specs,
 )
 from pytest_gym.core.endpoint import GymError, UnknownAgent
@@ -234,6 +235,7 @@ class GymSession:
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         self.progress.total = len(self.plan(session))
+        self.run.coverage = suite_coverage(session.items)  # which part of each suite runs: baselines need to know
         if self.owner:
             self.suites.check_baseline_paths(i.parent for i in session.items if isinstance(i, (GymTrial, GymTask)))
         if self.progress.total and not self.config.option.collectonly:
@@ -365,13 +367,7 @@ class GymSession:
         if self.early_aggregate and self.progress.done == self.progress.total:
             self.run.start_aggregate()
         self.config.hook.pytest_gym_trial_result(trial=outcome, result=outcome)
-        self._maybe_print_progress()
-
-    def _maybe_print_progress(self) -> None:
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if self.config.get_verbosity() >= 0 and reporter is not None and self.progress.due():
-            fresh_line(self.config)  # a line of its own, never run into pytest's dots (xdist's included)
-            reporter.write_line(self.progress.line())
+        self.progress.print_if_due(self.config)
 
     def add_note(self, note: object) -> None:
         """Keep a note for the terminal section and the summary: masked, bounded, once."""
@@ -379,15 +375,15 @@ class GymSession:
         if text not in self.notes:
             self.notes.append(text)
 
-    def add_worker_notes(self, notes: Sequence[object], stopped: bool = False) -> None:
-        """Notes from a worker or the run (the controller keeps one copy of each); a worker's run ``stopped``."""
-        self.run.stopped = self.run.stopped or stopped
+    def add_worker_notes(self, notes: Sequence[object], state: Mapping[str, Any] | None = None) -> None:
+        """Notes from a worker or the run (the controller keeps one copy of each); a worker's run ``state``."""
+        self.run.take_worker_state(state or {})
         for note in notes:
             self.add_note(note)
 
     def worker_payload(self) -> dict[str, Any]:
         """What a worker sends the controller at its end (builtins only: xdist serialises it)."""
-        return {"notes": list(self.notes), "stopped": self.run.stopped}
+        return {"notes": list(self.notes), **self.run.worker_state()}
 
     # -- the end of the session, in order ----------------------------------------------------------
 
@@ -459,10 +455,12 @@ class GymSession:
             health, results.health_note = self._step("Gym's health checks", self.run.health_checks) or ({}, None)
             results.apply_health(health)
         entries = None if self.merged else self._step("Gym's /aggregate_metrics", self.run.aggregate_metrics)
-        if not (self.merged or self.settings.rescore) and (self.run.stopped or results.unpaid_errors()):
-            results.apply_usage(self._step("reading the rollouts' usage", self.run.recorded_usage) or {})
+        unjudged = self.run.stopped or results.unpaid_errors() or self.run.recorded_more_than(len(results.trials))
+        if unjudged and not (self.merged or self.settings.rescore):  # paid for, and judged nowhere?
+            self._step("counting the rollouts' usage", lambda: results.apply_usage(self.run.recorded_usage()))
         self.add_worker_notes(self.run.take_notes())
-        verdicts = self._step("judging the suites", results.judge, self.config.rootpath, self.run.stopped)
+        results.stopped, results.coverage = self.run.stopped, self.run.coverage  # what of each suite ran
+        verdicts = self._step("judging the suites", results.judge, self.config.rootpath)
         if verdicts is None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # no verdict is not a pass
         self.verdicts = verdicts = verdicts or []

@@ -161,4 +161,4 @@ class XdistHooks:
         payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
         gym = self._session()
         if gym is not None and isinstance(payload, dict):
-            gym.add_worker_notes(payload.get("notes") or [], stopped=payload.get("stopped") is True)
+            gym.add_worker_notes(payload.get("notes") or [], payload)

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_gym.core.masking import known_secrets, mask_mapping, mask_secrets
-from pytest_gym.judge.summary import SpendSummary, SuiteSummary, SummaryError, parse_summary
+from pytest_gym.judge.summary import SpendSummary, SuiteSummary, SummaryError, UnjudgedSpend, parse_summary
 from pytest_gym.runfolder.layout import SUMMARY_FILE
 
 ENTRY_POINT_GROUP = "pytest_gym.exporters"
@@ -73,6 +73,14 @@ class ExportRun:
         """The run's budget and spend (``--gym-max-cost``/``--gym-max-tokens``), when it had one."""
         try:
             return parse_summary(self.summary).budget
+        except SummaryError:
+            return None
+
+    @property
+    def unjudged(self) -> UnjudgedSpend | None:
+        """What rollouts the run paid for and judged nowhere spent (a stopped run's, ahead of pytest), when any."""
+        try:
+            return parse_summary(self.summary).unjudged
         except SummaryError:
             return None
 

@@ -123,6 +123,8 @@ def markdown(run: ExportRun) -> str:
     if budget is not None:
         stopped = f", {budget.skipped} trials not run" if budget.skipped else ""
         notes.append(f"- run budget: spent {budget.line()} on {budget.trials} trials{stopped}")
+    if run.unjudged is not None:
+        notes.append(f"- {run.unjudged.line()}")
     for suite, m in suites.items():
         ci = f" ({_num(m.ci_low)}..{_num(m.ci_high)})" if m.ci_low is not None else ""
         lines.append(

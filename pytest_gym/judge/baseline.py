@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -187,12 +187,15 @@ def baseline_from(
     )
 
 
-def updated_baseline(stored: Baseline | None, fresh: Baseline, narrowed: bool) -> tuple[Baseline | None, str]:
+def updated_baseline(
+    stored: Baseline | None, fresh: Baseline, narrowed: bool, skipped: Mapping[str, int] | None = None
+) -> tuple[Baseline | None, str]:
     """The suite's baseline after ``--gym-update-baseline``: ``fresh`` (the run's), over what ``stored`` keeps; None
     when nothing may be written. And what to say of it ("" when the run's replaced it all, as it ran).
 
     A task the run has no measurement of keeps its stored entry: every trial errored (Gym died halfway), or, in a
-    ``narrowed`` run (-k, -m, --deselect, --lf), only some of its repeats were selected; a narrowed run also keeps
+    ``narrowed`` run (one that judged part of the suite), only some of its repeats were selected (its ``skipped``
+    trials, decided without running, count as run); a narrowed run also keeps
     the tasks it did not select. Written as it ran, the run would replace the whole suite's baseline with its part:
     a task picked with ``-k`` would leave the baseline with that one task, and every later run's comparison with it.
     The suite's numbers are then judged again over all the tasks (a narrowed run keeps the stored cost figures:
@@ -210,11 +213,12 @@ def updated_baseline(stored: Baseline | None, fresh: Baseline, narrowed: bool) -
             f"not updated: the selection narrowed the suite, and its baseline was written with other settings "
             f"({', '.join(differ)} differ): run the whole suite to replace it"
         )
-    repeats = fresh.settings.get("repeats")
+    repeats, skips = fresh.settings.get("repeats"), skipped or {}
     kept = [
         h
         for h, t in fresh.tasks.items()
-        if h in stored.tasks and (t.n == 0 or (narrowed and isinstance(repeats, int) and t.n + t.errors < repeats))
+        if h in stored.tasks
+        and (t.n == 0 or (narrowed and isinstance(repeats, int) and t.n + t.errors + skips.get(h, 0) < repeats))
     ]
     if differ or not (narrowed or kept):
         return fresh, ""  # the whole suite, every task measured (or the settings changed): the run's, as it ran
@@ -310,16 +314,34 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+#: A suite's queued update: given the file as read under its lock (None: none, or unusable), the suite's baseline to
+#: write (None: nothing) and what to say of it.
+BaselineUpdate = Callable[["StoredBaselines | None"], "tuple[Baseline | None, str]"]
+
+
 def update_baselines(path: Path | str, baselines: Mapping[str, Baseline]) -> list[str]:
-    """Write these suites' baselines into the file, keeping every other suite's; returns notes on what was dropped.
+    """Write these suites' baselines into the file, keeping every other suite's; returns notes on what was dropped."""
+    return apply_updates(path, {suite: _constant(b) for suite, b in baselines.items()})[0]
+
+
+def _constant(baseline: Baseline) -> BaselineUpdate:
+    return lambda _: (baseline, "")
+
+
+def apply_updates(
+    path: Path | str, updates: Mapping[str, BaselineUpdate]
+) -> tuple[list[str], dict[str, tuple[bool, str]]]:
+    """Each suite's update applied to the file as it is now; (notes on what was dropped, by suite: written, said).
 
     Read, change and replace happen under a lock on the folder, and the file is replaced atomically
     (temp file in the same folder, then os.replace): an interrupted run or two runs racing never
-    leave a half-written baseline or lose a suite. A version-1 file is converted (its one unnamed
-    suite is dropped unless it is replaced), an unreadable one replaced.
+    leave a half-written baseline or lose a suite, and an update that merges with the stored suite (a narrowed
+    run's) merges with what the other run wrote. A version-1 file is converted (its one unnamed suite is dropped
+    unless it is replaced), an unreadable one replaced. Nothing to write leaves the file as it is.
     """
     path = Path(path)
     notes: list[str] = []
+    said: dict[str, tuple[bool, str]] = {}
     path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path.parent):  # two runs updating suites of one file lose neither
         try:
@@ -328,15 +350,21 @@ def update_baselines(path: Path | str, baselines: Mapping[str, Baseline]) -> lis
             notes.append(f"replaced an unusable baseline file: {exc.problem}")
             stored = None
         suites = dict(stored.suites) if stored is not None else {}
+        for suite, update in updates.items():
+            written, text = update(stored)
+            said[suite] = (written is not None, text)
+            if written is not None:
+                suites[suite] = written
+        if not any(written for written, _ in said.values()):
+            return [], said
         if stored is not None and stored.legacy is not None:
             notes.append(
                 f"converted {path} from schema_version 1 (one unnamed suite) to {SCHEMA_VERSION} (suites by name)"
             )
-        suites.update(baselines)
         document = BaselineFile(schema_version=SCHEMA_VERSION, suites=dict(sorted(suites.items())))
         text = json.dumps(document.model_dump(mode="json"), indent=2, sort_keys=True, allow_nan=False) + "\n"
         write_atomically(path, text.encode("utf-8"))
-    return notes
+    return notes, said
 
 
 def write_baseline(path: Path | str, baseline: Baseline, suite: str) -> list[str]:

@@ -18,13 +18,14 @@ from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.baseline import (
     Baseline,
     BaselineError,
+    BaselineUpdate,
     Comparison,
     StoredBaselines,
+    apply_updates,
     baseline_from,
     compare,
     load_baselines,
     task_label,
-    update_baselines,
     updated_baseline,
 )
 from pytest_gym.judge.efficiency import evaluate_efficiency, figures
@@ -322,6 +323,16 @@ SuiteLimits = Callable[[str], "tuple[float | None, int | None, str] | None"]
 """suite name -> its own budget (max_cost, max_tokens, where), a suite file's; None: none."""
 
 
+def _with_run(update: BaselineUpdate, run: str) -> BaselineUpdate:
+    """``update`` remembering the run folder the baseline's answers are in (--gym-baseline-run)."""
+
+    def with_run(now: StoredBaselines | None) -> tuple[Baseline | None, str]:
+        written, said = update(now)
+        return (written.model_copy(update={"run": run}) if written is not None else None), said
+
+    return with_run
+
+
 @dataclass
 class SuiteResults:
     """Every trial's result of the run, grouped into suites by the path part of the node id."""
@@ -345,6 +356,10 @@ class SuiteResults:
     update_hint: str = "--gym-update-baseline"
     #: What finished rollouts spent that no suite counts (``apply_usage``); None: none, or not looked for.
     unjudged: UnjudgedSpend | None = None
+    #: Dispatching stopped before the end (-x, --maxfail, Ctrl-C, --gym-max-errors; here or in a worker).
+    stopped: bool = False
+    #: Per suite: [its trials in the dataset, those selected to run] (``collect.suite_coverage``); empty: not known.
+    coverage: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, outcome: TrialOutcome, errored: bool = False) -> None:
         """Record (or update) one trial; ``errored``: its setup failed (no reward counts)."""
@@ -492,15 +507,14 @@ class SuiteResults:
         stopped = sum(1 for skips in self.skips.values() for kind in skips.values() if kind == "budget")
         return spend(settings.max_cost, settings.max_tokens, cost, tokens, fresh, stopped)
 
-    def judge(self, rootdir: Path, stopped: bool = False) -> list[SuiteVerdict]:
+    def judge(self, rootdir: Path) -> list[SuiteVerdict]:
         """Every suite's verdict: statistics, its comparison with its baseline, then its gates.
 
-        Baselines to update are written at the end, one write per file, each suite under its own key; none when
-        the run ``stopped`` before all its trials ran (-x, --maxfail, Ctrl-C, --gym-max-errors): what ran is no
-        baseline of the suite.
+        Baselines to update are written at the end, one write per file (``apply_updates``), each suite under its
+        own key: see ``_update`` for what of a suite a run writes.
         """
         verdicts = []
-        updates: dict[str, dict[str, Baseline]] = defaultdict(dict)
+        updates: dict[str, dict[str, BaselineUpdate]] = defaultdict(dict)
         stored: dict[str, StoredBaselines | BaselineError | None] = {}
         for suite, records in sorted(self.suites().items()):
             trials: dict[str, list[float | None]] = defaultdict(list)  # in trial order, None: errored
@@ -518,7 +532,7 @@ class SuiteResults:
             verdict.figures = figures(totals)
             if self.health_on:
                 verdict.health = suite_health(((r.health, r.checks) for r in records), self.health_note)
-            no_comparison = self._baseline(verdict, settings, stored, updates, stopped)
+            no_comparison = self._baseline(verdict, settings, stored, updates, records)
             verdict.remembered_run = self._remember(verdict, settings, stored, updates, rootdir)
             judged, kept = stats, trials
             if self.known is not None:
@@ -541,11 +555,15 @@ class SuiteResults:
                 self._sequential(verdict, records, settings)
             self._savings(verdict, records, settings)
             verdicts.append(verdict)
-        for path, baselines in updates.items():
-            notes = update_baselines(path, baselines)
+        for path, queued in updates.items():
+            notes, said = apply_updates(path, queued)
             for verdict in verdicts:
-                if verdict.suite in baselines and notes:
-                    verdict.baseline_note = "; ".join([verdict.baseline_note or "", *notes]).lstrip("; ")
+                if verdict.suite in said:
+                    written, text = said[verdict.suite]
+                    head = f"baseline of {verdict.suite} " + (
+                        f"written to {path}" + ": " * bool(text) if written else ""
+                    )
+                    verdict.baseline_note = "; ".join([head + text, *notes])
         return verdicts
 
     def _imputed(
@@ -585,7 +603,7 @@ class SuiteResults:
         verdict: SuiteVerdict,
         settings: GymSettings,
         stored: dict[str, StoredBaselines | BaselineError | None],
-        updates: dict[str, dict[str, Baseline]],
+        updates: dict[str, dict[str, BaselineUpdate]],
         rootdir: Path,
     ) -> str | None:
         """The baseline run folder: written into an updated baseline (--gym-baseline-run), read from a stored one."""
@@ -596,7 +614,7 @@ class SuiteResults:
             if settings.baseline_run:
                 run = Path(settings.baseline_run)
                 shown = str(run.relative_to(rootdir)) if run.is_relative_to(rootdir) else str(run)
-                updates[path][suite] = updates[path][suite].model_copy(update={"run": shown})
+                updates[path][suite] = _with_run(updates[path][suite], shown)
             return None
         found = stored.get(path)
         baseline = found.for_suite(suite, set(verdict.stats.per_task)) if isinstance(found, StoredBaselines) else None
@@ -642,8 +660,8 @@ class SuiteResults:
         verdict: SuiteVerdict,
         settings: GymSettings,
         stored: dict[str, StoredBaselines | BaselineError | None],
-        updates: dict[str, dict[str, Baseline]],
-        stopped: bool = False,
+        updates: dict[str, dict[str, BaselineUpdate]],
+        records: list[TrialRecord],
     ) -> str:
         """Compare with (or queue the update of) the suite's baseline; returns why there is no comparison."""
         path = settings.baseline
@@ -652,7 +670,7 @@ class SuiteResults:
         verdict.baseline_path = path
         suite = verdict.suite
         if settings.update_baseline:
-            return self._update(verdict, settings, stored, updates, stopped)
+            return self._update(verdict, settings, stored, updates, records)
         found = self._stored(path, stored)
         if isinstance(found, BaselineError):
             verdict.baseline_note = verdict.baseline_missing = f"baseline unreadable: {found}"
@@ -689,33 +707,42 @@ class SuiteResults:
         verdict: SuiteVerdict,
         settings: GymSettings,
         stored: dict[str, StoredBaselines | BaselineError | None],
-        updates: dict[str, dict[str, Baseline]],
-        stopped: bool,
+        updates: dict[str, dict[str, BaselineUpdate]],
+        records: list[TrialRecord],
     ) -> str:
-        """Queue the suite's new baseline: the run's; a narrowed run's merged into the stored one; none if stopped."""
+        """Queue the suite's new baseline (``updated_baseline``): the run's, when it judged the whole suite; merged
+        into the stored one, when it judged part of it (-k, a node id, --sw, a shard, skipped trials); none when
+        it stopped before its selected trials ran (-x, --maxfail, Ctrl-C, --gym-max-errors) or a budget or a
+        sequential decision left trials unrun: what ran is no baseline of the suite."""
         path, suite = str(settings.baseline), verdict.suite
-        no_comparison = f"no baseline to compare with: this run writes {path}"
-        if stopped or "budget" in self.skips.get(suite, {}).values():
-            verdict.baseline_note = (
-                f"baseline of {suite} not updated: the run stopped before all its trials ran (-x, --maxfail, Ctrl-C, "
-                f"--gym-max-errors, a budget); what ran is no baseline of the suite: run it whole to update {path}"
+        skips = self.skips.get(suite, {})
+        whole, selected = self.coverage.get(suite) or (0, 0)
+        ran = len(records) + len(skips)
+        narrowed = ran < whole if whole else self.narrowed
+        cut = sorted({kind for kind in skips.values() if kind in ("budget", "sequential")})
+        if (self.stopped and (ran < selected or not selected)) or cut:
+            unrun = f" {selected - ran} of" if selected > ran else " some of"
+            why = (
+                f"the {'budget' if 'budget' in cut else 'sequential decision'} left trials unrun"
+                if cut
+                else f"the run stopped before{unrun} its selected trials ran (-x, --maxfail, Ctrl-C, --gym-max-errors)"
             )
-            return no_comparison
+            verdict.baseline_note = (
+                f"baseline of {suite} not updated: {why}; what ran is no baseline of the suite: run it whole to "
+                f"update {path}"
+            )
+            return f"no baseline to compare with: --gym-update-baseline, and {path} not updated"
+        if narrowed and isinstance(found := self._stored(path, stored), BaselineError):
+            verdict.baseline_note = f"baseline of {suite} not updated: the run judged part of the suite, and {found}"
+            return f"no baseline to compare with: --gym-update-baseline, and {path} not updated (unreadable)"
         fresh = baseline_from(
             verdict.stats, self._baseline_settings(settings), verdict.lines, efficiency=verdict.figures
         )
-        found = self._stored(path, stored)
-        if isinstance(found, BaselineError) and self.narrowed:
-            verdict.baseline_note = f"baseline of {suite} not updated: the selection narrowed the suite, and {found}"
-            return no_comparison
-        before = found.for_suite(suite, set(verdict.stats.per_task)) if isinstance(found, StoredBaselines) else None
-        written, said = updated_baseline(before, fresh, self.narrowed)
-        if written is None:
-            verdict.baseline_note = f"baseline of {suite} {said}"
-            return no_comparison
-        updates[path][suite] = written
-        verdict.baseline_note = f"baseline of {suite} written to {path}" + (f": {said}" if said else "")
-        return no_comparison
+        hashes, skipped = set(verdict.stats.per_task), Counter(task for task, _ in skips)
+        updates[path][suite] = lambda now: updated_baseline(
+            now.for_suite(suite, hashes) if now is not None else None, fresh, narrowed, skipped
+        )
+        return f"no baseline to compare with: this run writes {path}"
 
     def _compare(
         self, baseline: Baseline, stats: SuiteStats, verdict: SuiteVerdict, settings: GymSettings

@@ -122,7 +122,7 @@ class UnjudgedSpend(_Model):
     cost: float | None = None
 
     def line(self) -> str:
-        """``not judged: 8 rollouts finished for trials that did not run (16 tokens, $0.0012 spent) ...``."""
+        """``not judged: 8 rollouts finished for trials that did not run or count (16 tokens, $0.0012 spent, ...``."""
         spent = [f"{self.tokens:,} tokens" if self.tokens is not None else "usage unknown"]
         if self.cost is not None:
             spent.append(f"${self.cost:.4g}")

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pytest_gym.core.outcome import TrialOutcome
+
+if TYPE_CHECKING:
+    import pytest
 
 
 @dataclass
@@ -33,6 +37,16 @@ class Progress:
             self.reward_sum += outcome.reward
         if outcome.error is not None:
             self.errors += 1
+
+    def print_if_due(self, config: pytest.Config) -> None:
+        """The progress line when one is due (not under -q), on a line of its own: never run into pytest's dots
+        (xdist's included)."""
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if config.get_verbosity() >= 0 and reporter is not None and self.due():
+            from pytest_gym.report.synthetic import fresh_line
+
+            fresh_line(config)
+            reporter.write_line(self.line())
 
     def due(self) -> bool:
         """Whether a progress line is due now (at most one per interval)."""

@@ -260,9 +260,12 @@ class Here(Protocol):
         """This process's rollout of the trial, if it started one whose outcome it still holds."""
         ...
 
-    def start_now(self, spec: TrialSpec, taken_over: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
+    def start_now(
+        self, spec: TrialSpec, taken_over: bool = False, timeout: float | None = None
+    ) -> concurrent.futures.Future[TrialOutcome] | None:
         """Claim (unless ``taken_over``: already claimed) and start the trial now, ahead of any prefetch; None
-        when stopping or another process claimed it first."""
+        when stopping or another process claimed it first; ``concurrent.futures.TimeoutError`` when no slot came
+        free within ``timeout`` (the run's deadline: every slot may be held by rollouts waiting out a rate limit)."""
         ...
 
     def wait(self, nodeid: str, future: concurrent.futures.Future[TrialOutcome], timeout: float | None) -> TrialOutcome:
@@ -343,13 +346,19 @@ class LocalClaims:
         pass
 
     def result(self, spec: TrialSpec, here: Here, timeout: float | None) -> TrialOutcome:
-        future = here.held(spec.nodeid) or here.start_now(spec)
+        started = time.monotonic()
+        future = here.held(spec.nodeid) or here.start_now(spec, timeout=timeout)
         if future is None:
             raise concurrent.futures.CancelledError()
-        return here.wait(spec.nodeid, future, timeout)
+        return here.wait(spec.nodeid, future, _left(timeout, started))
 
     def close(self) -> None:
         pass
+
+
+def _left(timeout: float | None, started: float) -> float | None:
+    """What is left of ``timeout`` (seconds from ``started``, ``time.monotonic``); None: no timeout."""
+    return None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
 
 
 class BoardClaims:
@@ -411,9 +420,9 @@ class BoardClaims:
                 here.counts["from_board"] += 1
                 return outcome
             if owner is None:
-                future = here.start_now(spec)
+                future = here.start_now(spec, timeout=_left(timeout, started))
                 if future is not None:
-                    return here.wait(nodeid, future, timeout)
+                    return here.wait(nodeid, future, _left(timeout, started))
                 if here.stopping:
                     raise concurrent.futures.CancelledError()
                 continue  # another worker claimed it a moment ago

@@ -287,7 +287,12 @@ class Dispatcher:
         if self.inline:
             with self._driving():
                 return self._loop.run_until_complete(asyncio.wait_for(coro, timeout) if timeout is not None else coro)
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # as wait_for does inline: nothing it was to do starts after the wait ended
+            raise
 
     @contextlib.contextmanager
     def _driving(self) -> Iterator[None]:
@@ -466,7 +471,9 @@ class Dispatcher:
                 self._waiting.add(nodeid)
             return future
 
-    def start_now(self, spec: TrialSpec, taken_over: bool = False) -> concurrent.futures.Future[TrialOutcome] | None:
+    def start_now(
+        self, spec: TrialSpec, taken_over: bool = False, timeout: float | None = None
+    ) -> concurrent.futures.Future[TrialOutcome] | None:
         if self._stopping or not self._alive():
             return None
         started = None
@@ -479,10 +486,12 @@ class Dispatcher:
                 if held is not None:
                     return held
             try:
-                started = self._call(self._claim_now(spec, taken_over))
+                started = self._call(self._claim_now(spec, taken_over), timeout)
                 break
             except _Reconsider:
                 continue  # _admit_now skips it now, or waits while it is held back
+            except asyncio.TimeoutError:  # Python 3.10: not concurrent.futures' (the same class from 3.11)
+                raise concurrent.futures.TimeoutError() from None
         else:
             raise NotAdmitted(Decision("skip", "not run: held back while other rollouts took every slot", "decided"))
         if started is not None:
@@ -747,7 +756,6 @@ class Dispatcher:
         return future
 
     async def _run(self, spec: TrialSpec, future: concurrent.futures.Future[TrialOutcome]) -> None:
-        sent = False
         try:
             slot = await self.claims.acquire_slot()
             try:
@@ -756,7 +764,6 @@ class Dispatcher:
                     self._unstart(spec, refused, future)
                     return
                 try:
-                    sent = True
                     outcome = await self._rollouts.run(spec)
                 except Exception as exc:  # a bug must not leave pytest waiting for this trial forever
                     outcome = TrialOutcome.for_spec(
@@ -767,7 +774,6 @@ class Dispatcher:
             finally:
                 self.claims.release_slot(slot)
         except asyncio.CancelledError:
-            self.counts["cancelled in flight"] += sent  # Gym may finish it all the same: paid, never recorded
             self._slots.release()
             self._guard("the claim board", self.claims.release, spec.nodeid)
             future.set_result(

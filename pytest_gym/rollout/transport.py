@@ -347,21 +347,30 @@ class Rollouts:
                 await asyncio.sleep(retry_delay_s(attempt, fault.retry_after_s, self.trial_timeout))
                 attempt += 1
 
+    async def _post_counted(
+        self, url: str, payload: bytes, reward_key: str, headers: Mapping[str, str]
+    ) -> tuple[dict[str, Any], float, float]:
+        """``post_rollout``; one cancelled while its request was out counts in ``counts["cancelled in flight"]``:
+        Gym may run it to the end all the same, and the model bill it (a wait for a permit or a backoff does not)."""
+        try:
+            return await post_rollout(
+                self.http, url, payload, self.trial_timeout, reward_key, self.health.signal(), headers
+            )
+        except asyncio.CancelledError:
+            self.counts["cancelled in flight"] += 1
+            raise
+
     async def _send(
         self, url: str, payload: bytes, reward_key: str, headers: Mapping[str, str]
     ) -> tuple[dict[str, Any], float, float]:
         """One attempt, holding a permit of the run's limit while it is in flight."""
         if self.limit is None:
-            return await post_rollout(
-                self.http, url, payload, self.trial_timeout, reward_key, self.health.signal(), headers
-            )
+            return await self._post_counted(url, payload, reward_key, headers)
         permit = await self.limit.acquire()
         status: int | None = None
         retry_after: float | None = None
         try:
-            return await post_rollout(
-                self.http, url, payload, self.trial_timeout, reward_key, self.health.signal(), headers
-            )
+            return await self._post_counted(url, payload, reward_key, headers)
         except TrialFault as fault:
             status, retry_after = fault.http_status, fault.retry_after_s
             raise

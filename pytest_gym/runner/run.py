@@ -15,7 +15,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from pytest_gym.core.atomic import write_atomically
 from pytest_gym.core.endpoint import GymEndpoint, GymError, unknown_agents
 from pytest_gym.core.jsonl import read_jsonl
 from pytest_gym.core.masking import MAX_MESSAGE, POLICY_KEY_ENV, Masker, clean_text
+from pytest_gym.core.numbers import is_int
 from pytest_gym.core.outcome import TrialSpec, token_usage
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.gym.acquire import acquire, release
@@ -84,8 +85,11 @@ class GymRun:
     #: Whether a trial of this process reported ``error`` already (or learnt that another one did).
     error_reported: bool = False
     gym_dead: str | None = None
-    #: Dispatching was stopped before the end (``stop_dispatch``).
+    #: Dispatching was stopped before the end (``stop_dispatch``), here or (controller) in a worker.
     stopped: bool = False
+    #: Per suite: [its trials in the dataset, those selected to run] (``collect.suite_coverage``; the controller
+    #: hears the workers').
+    coverage: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     #: The helper process running Gym's steps on the run folder (trajectories, then health checks).
     gym_helper: GymHelper | None = None
@@ -285,6 +289,19 @@ class GymRun:
         with contextlib.suppress(OSError):  # without it the controller skips Gym's aggregate metrics
             write_atomically(target, json.dumps(endpoint.to_json()).encode(), fsync=False)
 
+    def worker_state(self) -> dict[str, Any]:
+        """What the controller must know of this worker's run (builtins: xdist serialises it)."""
+        return {"stopped": self.stopped, "coverage": self.coverage}
+
+    def take_worker_state(self, state: Mapping[str, Any]) -> None:
+        """A worker's ``worker_state``: one stopped run stops the whole; every worker selects the same trials."""
+        self.stopped = self.stopped or state.get("stopped") is True
+        coverage = state.get("coverage")
+        if isinstance(coverage, dict):
+            for suite, counts in coverage.items():
+                if isinstance(counts, list) and len(counts) == 2 and all(map(is_int, counts)):
+                    self.coverage.setdefault(str(suite), [int(counts[0]), int(counts[1])])
+
     def stop_dispatch(self) -> None:
         """Start no rollout more (-x, Ctrl-C, --gym-max-errors, --gym-run-timeout); cancel those in flight."""
         self.stopped = True  # rollouts may have finished ahead of trials that now never run: paid, judged nowhere
@@ -348,6 +365,11 @@ class GymRun:
         except Exception as exc:
             self.notes.append(clean_text(f"Gym's /aggregate_metrics failed: {type(exc).__name__}: {exc}"))
             return None
+
+    def recorded_more_than(self, trials: int) -> bool:
+        """Whether the run folder, as read at the end, holds more rollouts than ``trials`` (the judged ones): some were
+        paid for and judged nowhere. False when it was not read (no health check, no aggregate)."""
+        return self._finalized is not None and len(self._finalized) > trials
 
     @property
     def rollouts_written(self) -> list[Any] | None:

@@ -72,7 +72,9 @@ def test_a_stopped_run_updates_no_baseline(pytester: pytest.Pytester, gym: Stand
     result = rerun(pytester, gym, *UPDATE, "-x", *xdist)
     assert result.parseoutcomes()["failed"] == 1  # stopped at q0's first trial
     assert (pytester.path / "baseline.json").read_bytes() == before
-    result.stdout.fnmatch_lines(["*baseline of data.jsonl not updated: the run stopped before all its trials ran*"])
+    result.stdout.fnmatch_lines(
+        ["*baseline of data.jsonl not updated: the run stopped before * of its selected trials ran*"]
+    )
 
 
 @pytest.mark.parametrize("xdist", XDIST)
@@ -104,6 +106,41 @@ def test_a_whole_update_keeps_the_tasks_whose_every_trial_errored(pytester: pyte
     assert {h: after["tasks"][h] for h in unmeasured} == {h: before["tasks"][h] for h in unmeasured}
     assert after["suite"]["errors"] == 0  # the suite's numbers over what the baseline holds
     result.stdout.fnmatch_lines(["*baseline of data.jsonl written to *: 2 tasks with no trial measured (all errored)*"])
+
+
+def test_a_node_id_on_the_command_line_updates_its_task_alone(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """The update command a run prints carries the user's node ids: the part they select is merged like -k's."""
+    rerun(pytester, gym, *UPDATE)
+    before = stored(pytester)
+    (q1,) = [h for h, t in before["tasks"].items() if t["line"] == 2]
+    result = rerun(pytester, gym, *UPDATE, f"data.jsonl::{q1[:12]}[r0]", f"data.jsonl::{q1[:12]}[r1]")
+    result.assert_outcomes(passed=REPEATS)
+    assert set(stored(pytester)["tasks"]) == set(before["tasks"])
+    assert stored(pytester)["suite"]["trials"] == TASKS * REPEATS
+
+
+def test_a_run_that_stopped_after_its_last_trial_updates_the_baseline(
+    pytester: pytest.Pytester, gym: StandinGym
+) -> None:
+    """-x stops nothing when the failure is the last trial: every trial ran, the suite's baseline is written."""
+    rerun(pytester, gym, *UPDATE)
+    gym.rewards = lambda body: 0.0 if (body["_ng_task_index"], body["_ng_rollout_index"]) == (TASKS - 1, 1) else 1.0
+    result = rerun(pytester, gym, *UPDATE, "-x", "-p", "no:xdist")
+    result.assert_outcomes(passed=TASKS * REPEATS - 1, failed=1)
+    assert stored(pytester)["suite"]["mean_reward"] == pytest.approx(1 - 1 / (TASKS * REPEATS))
+    result.stdout.fnmatch_lines(["*baseline of data.jsonl written to *"])
+
+
+def test_a_marker_selection_that_keeps_every_trial_replaces_the_baseline(
+    pytester: pytest.Pytester, gym: StandinGym
+) -> None:
+    """``-m "not slow"`` in addopts selects every trial: the whole suite ran, and a task gone from the dataset goes."""
+    rerun(pytester, gym, *UPDATE)
+    import shutil
+
+    shutil.rmtree(pytester.path / "run")
+    attached_run(pytester, gym, TASKS - 1, REPEATS, *UPDATE, "-m", "not slow")  # the last row removed
+    assert (stored(pytester)["suite"]["tasks"], len(stored(pytester)["tasks"])) == (TASKS - 1, TASKS - 1)
 
 
 def test_a_whole_run_still_replaces_the_baseline(pytester: pytest.Pytester, gym: StandinGym) -> None:

@@ -55,19 +55,20 @@ def test_trials_a_timeout_plugin_ended_are_errors_in_the_verdicts(
         "--gym-gate", "mean_reward>=0.8", "--gym-price-in", "1000000", "--gym-price-out", "1000000", *xdist,
     )  # fmt: skip
     slow = (TASKS - 1) * REPEATS
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("errors") == slow, result.stdout.str()
+    errors = result.parseoutcomes().get("errors", 0)
+    # The slow trials; under xdist on a loaded machine also a fast one that waited for the one slot a slow one held.
+    assert slow <= errors < TASKS * REPEATS, result.stdout.str()
     assert "Timeout" in result.stdout.str()
     # The timeout's exception cut passes of the rollouts' event loop short (pytest's thread runs it without xdist):
     # the loop still ends clean, its feeder task not left pending.
     assert "Task was destroyed but it is pending" not in result.stderr.str()
     found = suite_summary(pytester)
-    assert (found["trials"], found["errors"]) == (TASKS * REPEATS - slow, slow)  # "trials": those with a reward
-    assert found["gates"]["mean_reward>=0.8"]["passed"] is False  # undecided with 4 of 6 errored: not a pass
+    assert (found["trials"], found["errors"]) == (TASKS * REPEATS - errors, errors)  # "trials": those with a reward
+    assert found["gates"]["mean_reward>=0.8"]["passed"] is False  # undecided with 4 (or 5) of 6 errored: not a pass
     result.stdout.fnmatch_lines(["*FAILED data.jsonl::gate?mean_reward>=0.8?*"])
     # Every rollout that finished was paid for, the timed-out trials' included ($1 a token, 1 in and 1 out each).
     paid = len((pytester.path / "run" / "rollouts.jsonl").read_text().splitlines())
-    assert paid > TASKS * REPEATS - slow  # some rollout finished after its trial timed out
+    assert paid > TASKS * REPEATS - errors  # some rollout finished after its trial timed out
     assert (found["totals"]["input_tokens"], found["totals"]["cost"]) == (paid, 2.0 * paid)
 
 

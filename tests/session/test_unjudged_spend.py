@@ -97,6 +97,24 @@ def test_rollouts_cancelled_in_flight_are_noted(pytester: pytest.Pytester, gym: 
     assert not any(r["_ng_task_index"] == 1 for r in records(pytester))  # q1
 
 
+@pytest.mark.parametrize("xdist", XDIST)
+def test_a_rate_limited_run_ends_at_its_run_timeout_with_no_rollout_said_in_flight(
+    pytester: pytest.Pytester, gym: StandinGym, xdist: tuple[str, ...]
+) -> None:
+    """Every answer a 429 with ``Retry-After: 30``: the trials wait out the rate limit holding every slot. The run
+    timeout (2 s) still ends the run (before, a trial waited for a free slot past it: 30-60 s), and none of the
+    waiting rollouts has a request out, so none is said to be cancelled in flight."""
+    gym.rewards = None
+    gym.faults = [reply({"detail": "rate limited"}, 429, headers={"Retry-After": "30"}) for _ in range(TASKS * REPEATS)]
+    args = ("--gym-run-timeout", "2", "--gym-retries", "3", "--gym-concurrency", "8", *xdist)
+    started = time.monotonic()
+    result = attached_run(pytester, gym, TASKS, REPEATS, *args)
+    assert time.monotonic() - started < 20  # the 2 s timeout, the start and the end of a run; not Retry-After's 30
+    result.stdout.fnmatch_lines(["*the run timeout (--gym-run-timeout 2 s) was hit*"])
+    assert gym.calls["/run"] >= 1
+    assert cancelled_in_flight(pytester) == 0
+
+
 def test_rollouts_finished_for_trials_reported_not_run_are_counted(pytester: pytest.Pytester, gym: StandinGym) -> None:
     """--gym-max-errors reports the trials after its limit as not run, finished rollouts or not."""
     gym.rewards = None  # every answer at once, reward 1.0; the first three are Gym's faults
@@ -106,6 +124,42 @@ def test_rollouts_finished_for_trials_reported_not_run_are_counted(pytester: pyt
     judged = suite_summary(pytester)["totals"]["trials_with_usage"]
     unjudged = summary(pytester)["unjudged"]
     assert unjudged["rollouts"] == len(records(pytester)) - judged > 0
+    assert unjudged["cost"] == 2.0 * unjudged["rollouts"]
+
+
+SKIPPED_R1 = """
+import pytest
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.name.endswith("[r1]"):
+            item.add_marker(pytest.mark.{marker})
+"""
+
+
+@pytest.mark.parametrize(
+    "marker", ["skip(reason='not now')", "skipif(True, reason='not now')", "xfail(run=False, reason='not now')"]
+)
+def test_trials_skipped_before_their_setup_are_not_rolled_out(
+    pytester: pytest.Pytester, gym: StandinGym, marker: str
+) -> None:
+    """A conftest's (or a row tag's) unconditional skip: pytest never runs the trial, so no rollout is paid for it."""
+    gym.rewards = None
+    pytester.makeconftest(SKIPPED_R1.format(marker=marker))
+    result = attached_run(pytester, gym, TASKS, REPEATS, "--gym-concurrency", "8", "-p", "no:xdist")
+    assert result.parseoutcomes()["passed"] == TASKS
+    assert gym.calls["/run"] == TASKS  # before: every [r1] too, dispatched ahead and never judged
+    assert "unjudged" not in summary(pytester)
+
+
+def test_a_trial_skipped_by_a_condition_it_rolled_out_is_counted(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """A skipif condition written as a string is pytest's to evaluate: the rollout went out ahead, and is counted."""
+    gym.rewards = None
+    pytester.makeconftest(SKIPPED_R1.format(marker="skipif('1 == 1', reason='not now')"))
+    attached_run(pytester, gym, TASKS, REPEATS, "--gym-concurrency", "8", *PRICES, "-p", "no:xdist")
+    unjudged = summary(pytester)["unjudged"]
+    assert unjudged["rollouts"] == len(records(pytester)) - TASKS == gym.calls["/run"] - TASKS > 0
     assert unjudged["cost"] == 2.0 * unjudged["rollouts"]
 
 

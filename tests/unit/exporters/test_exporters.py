@@ -380,6 +380,23 @@ def test_github_appends_a_table_once(run: ExportRun, tmp_path: Path, monkeypatch
     assert step_summary.read_text(encoding="utf-8") == text
 
 
+def test_github_says_what_a_stopped_run_paid_for_and_judged_nowhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = tmp_path / "runs" / RUN_ID
+    run_dir.mkdir(parents=True)
+    unjudged = {"rollouts": 7, "tokens": 14, "cost": 0.0021}
+    summary = {"run_dir": str(run_dir), "suites": {SUITE: _metrics()}, "unjudged": unjudged}
+    (run_dir / "pytest_gym_summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "step_summary.md"))
+    (exporter,) = configure_exporters(["github"], [], registry())
+    run = ExportRun.from_run_dir(run_dir, {}, exit_status=1)
+    assert run.unjudged is not None
+    assert exporter.export(run).status == "succeeded"
+    text = (tmp_path / "step_summary.md").read_text(encoding="utf-8")
+    assert "- not judged: 7 rollouts finished for trials that did not run or count (14 tokens, $0.0021 spent" in text
+
+
 def test_github_says_a_missing_baseline_failed_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Not "mean reward delta n/a over 0 shared tasks, 0 new failures": no comparison was made."""
     run_dir = tmp_path / "runs" / RUN_ID

@@ -17,6 +17,7 @@ from pytest_gym.judge.baseline import (
     SCHEMA_VERSION,
     Baseline,
     BaselineError,
+    apply_updates,
     baseline_from,
     compare,
     load_baseline,
@@ -357,6 +358,15 @@ def test_a_task_with_only_some_repeats_selected_keeps_its_entry() -> None:
     )
 
 
+def test_a_task_decided_before_its_last_repeats_is_updated_not_kept() -> None:
+    """--gym-repeats-adaptive skips repeats of a task already decided: they count as run, the task is updated."""
+    stored = make_baseline({0: [1.0, 1.0], 1: [1.0, 1.0]})
+    written, said = updated_baseline(stored, make_baseline({0: [0.0]}), narrowed=True, skipped={h(0): 1})
+    assert written is not None
+    assert written.tasks[h(0)].mean_reward == 0.0
+    assert said.startswith("1 task updated")
+
+
 def test_a_narrowed_update_writes_nothing_it_cannot_merge() -> None:
     stored = make_baseline({i: [1.0, 1.0] for i in range(4)})
     other = make_baseline({0: [1.0, 1.0]}).model_copy(update={"settings": {**SETTINGS, "model": "m2"}})
@@ -393,6 +403,34 @@ def test_a_whole_run_replaces_the_baseline_but_keeps_the_tasks_it_measured_nothi
     )
     other = run.model_copy(update={"settings": {**SETTINGS, "model": "m2"}})
     assert updated_baseline(stored, other, narrowed=False) == (other, "")
+
+
+def test_two_narrowed_updates_at_once_keep_both(tmp_path: Path) -> None:
+    """Two jobs (``-k task0``, ``-k task1``) read the file before either writes: each merges under the lock with the
+    file as the other left it, so neither update is lost."""
+    path = tmp_path / "b.json"
+    write_baseline(path, make_baseline({i: [1.0, 1.0] for i in range(4)}), SUITE)
+    first, second = make_baseline({0: [0.0, 0.0]}), make_baseline({1: [0.0, 0.0]})
+
+    def merging(fresh: Baseline) -> Any:
+        return lambda now: updated_baseline(now.for_suite(SUITE) if now else None, fresh, narrowed=True)
+
+    queued = [merging(first), merging(second)]  # both made before either is written
+    for update in queued:
+        _, said = apply_updates(path, {SUITE: update})
+        assert said[SUITE][0] is True
+    stored = load_baselines(path)
+    assert stored is not None
+    tasks = stored.suites[SUITE].tasks
+    assert (tasks[h(0)].mean_reward, tasks[h(1)].mean_reward, tasks[h(2)].mean_reward) == (0.0, 0.0, 1.0)
+
+
+def test_an_update_that_writes_nothing_leaves_the_file_alone(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    write_baseline(path, make_baseline({0: [1.0, 1.0]}), SUITE)
+    before = path.read_bytes()
+    assert apply_updates(path, {SUITE: lambda now: (None, "not updated")}) == ([], {SUITE: (False, "not updated")})
+    assert path.read_bytes() == before
 
 
 def test_unused_is_ordered_by_baseline_line() -> None:
