@@ -182,7 +182,8 @@ def suite_coverage(items: Iterable[pytest.Item]) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for item in items:
         if isinstance(item, (GymTrial, GymTask)) and isinstance(item.parent, GymDatasetFile):
-            found.setdefault(item.nodeid.split("::", 1)[0], [item.parent.whole_trials, 0])[1] += len(item.specs)
+            counts = found.setdefault(item.nodeid.split("::", 1)[0], [item.parent.whole_trials, 0])
+            counts[1] += 0 if skipped_before_setup(item) else len(item.specs)  # a part of the whole, never run
     return found
 
 
@@ -603,20 +604,30 @@ def trial_specs(items: Iterable[pytest.Item]) -> list[TrialSpec]:
 
 
 def skipped_before_setup(item: pytest.Item) -> bool:
-    """An unconditional skip: a ``skip`` marker, ``skipif`` with no condition or ``True``, ``xfail(run=False)`` with
-    no condition or ``True`` (a conftest's, or a row's tag through --gym-marker-field). A condition written as a
-    string is left to pytest: pytest-gym does not evaluate it."""
+    """Whether pytest skips the item before its setup whatever happens, as its ``skipping`` plugin reads the marks: a
+    ``skip``, a ``skipif`` with no condition or ``True``, or the first ``xfail`` whose condition holds having
+    ``run=False`` (not under ``--runxfail``). A condition written as a string is pytest's to evaluate: not here."""
+    if not item.config.pluginmanager.has_plugin("skipping"):
+        return False
     if item.get_closest_marker("skip") is not None:
         return True
     for mark in item.iter_markers("skipif"):
-        conditions = mark.args or ((mark.kwargs["condition"],) if "condition" in mark.kwargs else ())
+        conditions = _conditions(mark)
         if not conditions or any(condition is True for condition in conditions):
             return True
+    if getattr(item.config.option, "runxfail", False):
+        return False
     for mark in item.iter_markers("xfail"):
-        conditions = mark.args or ((mark.kwargs["condition"],) if "condition" in mark.kwargs else ())
-        if mark.kwargs.get("run", True) is False and (not conditions or any(c is True for c in conditions)):
-            return True
+        conditions = _conditions(mark)
+        if conditions and not all(isinstance(c, bool) for c in conditions):
+            return False  # a string decides which mark applies: pytest's to evaluate
+        if not conditions or any(conditions):
+            return mark.kwargs.get("run", True) is False
     return False
+
+
+def _conditions(mark: pytest.Mark) -> tuple[object, ...]:
+    return mark.args or ((mark.kwargs["condition"],) if "condition" in mark.kwargs else ())
 
 
 def sequential_order(items: list[pytest.Item], seed: int) -> None:

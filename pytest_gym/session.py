@@ -29,6 +29,7 @@ from pytest_gym.collect import (
     GymTrial,
     raise_fault,
     sequential_order,
+    skipped_before_setup,
     suite_coverage,
     trial_specs,
 )
@@ -211,7 +212,8 @@ class GymSession:
         merged = self.merged
         if merged is None:
             return
-        lacking = [(i, s) for i in items if isinstance(i, (GymTrial, GymTask)) for s in i.specs if s.key not in merged]
+        gym_items = [i for i in items if isinstance(i, (GymTrial, GymTask)) and not skipped_before_setup(i)]
+        lacking = [(i, s) for i in gym_items for s in i.specs if s.key not in merged]  # a skipped trial is run by none
         missing = list({id(item): item for item, _ in lacking}.values())
         if not missing:
             return

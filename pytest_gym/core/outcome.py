@@ -179,6 +179,8 @@ TRIAL_MARK = "gym_task_hash"
 TRIALS_PROPERTY = "gym_trials"
 #: The ``error_class`` of a trial another plugin ended before it had an outcome (pytest-timeout's, a fixture's).
 INTERRUPTED = "interrupted"
+#: The ``error_class`` of a trial the run's deadline (--gym-run-timeout) ended.
+RUN_TIMEOUT = "run_timeout"
 _TRIAL_NODEID = re.compile(r"::[0-9a-f]{12}(?:-[0-9A-Za-z_.@+-]+)?\[r\d+\]$")  # core.dataset.task_name
 #: A trial's usage counts as ``tokens`` holds them: Gym's token counts, and the agent's turns and tool calls.
 USAGE_NAMES = ("input_tokens", "output_tokens", "total_tokens", "turns", "tool_calls")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_gym.core.outcome import INTERRUPTED, TrialOutcome
+from pytest_gym.core.outcome import INTERRUPTED, RUN_TIMEOUT, TrialOutcome
 from pytest_gym.core.settings import GymSettings
 from pytest_gym.judge.baseline import (
     Baseline,
@@ -73,6 +73,8 @@ class TrialRecord:
     late: bool = False
     #: Another plugin ended the trial before its outcome (``INTERRUPTED``): its rollout may have finished since.
     interrupted: bool = False
+    #: The run's deadline (--gym-run-timeout) ended the trial: the run was cut short.
+    cut: bool = False
 
     def cost(self) -> TrialCost:
         return usage_cost(self.tokens, None if self.reused else self.latency_s, self.attempts)
@@ -372,6 +374,7 @@ class SuiteResults:
         if errored or outcome.error is not None:
             record.error = True
             record.interrupted = outcome.error_class == INTERRUPTED
+            record.cut = outcome.error_class == RUN_TIMEOUT
         elif outcome.reward is not None:
             record.reward = outcome.reward
         record.latency_s = outcome.latency_s
@@ -720,10 +723,12 @@ class SuiteResults:
         ran = len(records) + len(skips)
         narrowed = ran < whole if whole else self.narrowed
         cut = sorted({kind for kind in skips.values() if kind in ("budget", "sequential")})
+        cut += ["run timeout"] if any(r.cut for r in records) else []
         if (self.stopped and (ran < selected or not selected)) or cut:
             unrun = f" {selected - ran} of" if selected > ran else " some of"
+            words = {"budget": "the budget", "sequential": "the sequential decision", "run timeout": "the run timeout"}
             why = (
-                f"the {'budget' if 'budget' in cut else 'sequential decision'} left trials unrun"
+                f"{words[cut[0]]} left trials unrun"
                 if cut
                 else f"the run stopped before{unrun} its selected trials ran (-x, --maxfail, Ctrl-C, --gym-max-errors)"
             )

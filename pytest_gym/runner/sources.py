@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from pytest_gym.core.dataset import DatasetError
-from pytest_gym.core.outcome import TrialOutcome, TrialSpec
+from pytest_gym.core.outcome import RUN_TIMEOUT, TrialOutcome, TrialSpec
 from pytest_gym.rollout.admission import NotAdmitted
 from pytest_gym.rollout.budget import ErrorBudget, SharedErrorCount
 from pytest_gym.runfolder.records import NODEID_KEY, outcome_from_failure, outcome_from_rollout, with_task_index
@@ -115,7 +115,7 @@ class Fresh:
             "this trial's rollout finished; raise the timeout, run fewer trials (-k, --gym-repeats) or more at once "
             "(--gym-concurrency)"
         )
-        raise NotRun(message, TrialOutcome.for_spec(spec, error_class="run_timeout", error=message))
+        raise NotRun(message, TrialOutcome.for_spec(spec, error_class=RUN_TIMEOUT, error=message))
 
 
 def replay_miss(run_dir: Path, outcome: TrialOutcome, spec: TrialSpec) -> str:

@@ -12,6 +12,7 @@ The stand-in Gym (``tests/helpers/standin.py``) rewards task q0 with 0.0 and eve
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,6 +142,36 @@ def test_a_marker_selection_that_keeps_every_trial_replaces_the_baseline(
     shutil.rmtree(pytester.path / "run")
     attached_run(pytester, gym, TASKS - 1, REPEATS, *UPDATE, "-m", "not slow")  # the last row removed
     assert (stored(pytester)["suite"]["tasks"], len(stored(pytester)["tasks"])) == (TASKS - 1, TASKS - 1)
+
+
+def test_a_run_the_run_timeout_cut_updates_no_baseline(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """Trials past --gym-run-timeout are errors: the suite was cut short, as by a budget, and nothing is written."""
+    rerun(pytester, gym, *UPDATE)
+    before = (pytester.path / "baseline.json").read_bytes()
+
+    def slow_second_repeats(body: dict[str, Any]) -> float:
+        if body["_ng_task_index"] >= 2 and body["_ng_rollout_index"] == 1:
+            time.sleep(4.0)  # the stand-in serves each connection in its own thread
+        return 1.0
+
+    gym.rewards = slow_second_repeats
+    result = rerun(pytester, gym, *UPDATE, "--gym-run-timeout", "3", "--gym-concurrency", "1", "-p", "no:xdist")
+    assert result.parseoutcomes()["errors"] >= 1
+    assert (pytester.path / "baseline.json").read_bytes() == before
+    result.stdout.fnmatch_lines(["*baseline of data.jsonl not updated: the run timeout left trials unrun*"])
+
+
+def test_a_skipped_trial_is_no_trial_a_stopped_run_missed(pytester: pytest.Pytester, gym: StandinGym) -> None:
+    """-x failing at the last trial, with a trial skipped by a marker: every selected trial that can run ran."""
+    rerun(pytester, gym, *UPDATE)
+    pytester.makeconftest(
+        "import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
+        "    items[0].add_marker(pytest.mark.skip(reason='not now'))\n"
+    )
+    gym.rewards = lambda body: 0.0 if (body["_ng_task_index"], body["_ng_rollout_index"]) == (TASKS - 1, 1) else 1.0
+    result = rerun(pytester, gym, *UPDATE, "-x", "-p", "no:xdist")
+    result.assert_outcomes(passed=TASKS * REPEATS - 2, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*baseline of data.jsonl written to *"])
 
 
 def test_a_whole_run_still_replaces_the_baseline(pytester: pytest.Pytester, gym: StandinGym) -> None:
