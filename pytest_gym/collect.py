@@ -183,7 +183,7 @@ def suite_coverage(items: Iterable[pytest.Item]) -> dict[str, list[int]]:
     for item in items:
         if isinstance(item, (GymTrial, GymTask)) and isinstance(item.parent, GymDatasetFile):
             counts = found.setdefault(item.nodeid.split("::", 1)[0], [item.parent.whole_trials, 0])
-            counts[1] += 0 if skipped_before_setup(item) else len(item.specs)  # a part of the whole, never run
+            counts[1] += 0 if item.skipped_before_setup else len(item.specs)  # a part of the whole, never run
     return found
 
 
@@ -201,6 +201,12 @@ def _file_from_here(rootpath: str, here: str, nodeid: str) -> str:
 class _GymItem(pytest.Function):
     """What trial and task items share: their trials run in setup (not under ``--setup-plan``, which runs
     nothing), and how a failure pytest-gym raised on them is shown."""
+
+    @functools.cached_property
+    def skipped_before_setup(self) -> bool:
+        """Whether pytest skips this item before its setup whatever happens: its rollouts would be paid for and
+        judged nowhere. Read when collection is done (the marks are final), once."""
+        return _skipped_before_setup(self)
 
     def _session_view(self) -> SessionView | None:
         """The run's session; None under ``--setup-plan`` (it plans, nothing runs)."""
@@ -598,32 +604,38 @@ def trial_specs(items: Iterable[pytest.Item]) -> list[TrialSpec]:
     return [
         spec
         for item in items
-        if isinstance(item, (GymTrial, GymTask)) and not skipped_before_setup(item)
+        if isinstance(item, (GymTrial, GymTask)) and not item.skipped_before_setup
         for spec in item.specs
     ]
 
 
-def skipped_before_setup(item: pytest.Item) -> bool:
-    """Whether pytest skips the item before its setup whatever happens, as its ``skipping`` plugin reads the marks: a
-    ``skip``, a ``skipif`` with no condition or ``True``, or the first ``xfail`` whose condition holds having
-    ``run=False`` (not under ``--runxfail``). A condition written as a string is pytest's to evaluate: not here."""
+def _skipped_before_setup(item: pytest.Item) -> bool:
+    """As pytest's ``skipping`` plugin reads the marks: a ``skip``, a ``skipif`` with no condition or ``True``, or
+    the first ``xfail`` whose condition holds having ``run=False`` (not under ``--runxfail``). A condition written
+    as a string is pytest's to evaluate: not here."""
     if not item.config.pluginmanager.has_plugin("skipping"):
         return False
-    if item.get_closest_marker("skip") is not None:
+    marks = [mark for mark in item.iter_markers() if mark.name in _SKIP_MARKS]  # one walk: most items have none
+    if not marks:
+        return False
+    if any(mark.name == "skip" for mark in marks):
         return True
-    for mark in item.iter_markers("skipif"):
+    for mark in (mark for mark in marks if mark.name == "skipif"):
         conditions = _conditions(mark)
         if not conditions or any(condition is True for condition in conditions):
             return True
     if getattr(item.config.option, "runxfail", False):
         return False
-    for mark in item.iter_markers("xfail"):
+    for mark in (mark for mark in marks if mark.name == "xfail"):
         conditions = _conditions(mark)
         if conditions and not all(isinstance(c, bool) for c in conditions):
             return False  # a string decides which mark applies: pytest's to evaluate
         if not conditions or any(conditions):
             return mark.kwargs.get("run", True) is False
     return False
+
+
+_SKIP_MARKS = frozenset({"skip", "skipif", "xfail"})
 
 
 def _conditions(mark: pytest.Mark) -> tuple[object, ...]:

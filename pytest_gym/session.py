@@ -29,7 +29,6 @@ from pytest_gym.collect import (
     GymTrial,
     raise_fault,
     sequential_order,
-    skipped_before_setup,
     suite_coverage,
     trial_specs,
 )
@@ -212,7 +211,7 @@ class GymSession:
         merged = self.merged
         if merged is None:
             return
-        gym_items = [i for i in items if isinstance(i, (GymTrial, GymTask)) and not skipped_before_setup(i)]
+        gym_items = [i for i in items if isinstance(i, (GymTrial, GymTask)) and not i.skipped_before_setup]
         lacking = [(i, s) for i in gym_items for s in i.specs if s.key not in merged]  # a skipped trial is run by none
         missing = list({id(item): item for item, _ in lacking}.values())
         if not missing:
