@@ -14,6 +14,7 @@ This module is the API they build on: it imports no built-in exporter.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 from abc import ABC, abstractmethod
@@ -25,7 +26,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pytest_gym.core.masking import known_secrets, mask_mapping, mask_secrets
-from pytest_gym.judge.summary import SpendSummary, SuiteSummary, SummaryError, UnjudgedSpend, parse_summary
+from pytest_gym.judge.summary import (
+    RunSummary,
+    SpendSummary,
+    SuiteSummary,
+    SummaryError,
+    UnjudgedSpend,
+    parse_summary,
+)
 from pytest_gym.runfolder.layout import SUMMARY_FILE
 
 ENTRY_POINT_GROUP = "pytest_gym.exporters"
@@ -59,30 +67,30 @@ class ExportRun:
     artifacts: list[Path] = field(default_factory=list)
     exit_status: int = 0
 
+    @functools.cached_property
+    def _typed(self) -> RunSummary | None:
+        """The summary, typed (``pytest_gym.judge.summary``), parsed once; None when it is not one pytest-gym
+        wrote."""
+        try:
+            return parse_summary(self.summary)
+        except SummaryError:
+            return None
+
     @property
     def suites(self) -> dict[str, SuiteSummary]:
-        """The summary's suites, typed (``pytest_gym.judge.summary``); none when the summary is not one
-        pytest-gym wrote. The built-in exporters read these; ``summary`` is the same as JSON."""
-        try:
-            return parse_summary(self.summary).suites
-        except SummaryError:
-            return {}
+        """The summary's suites, typed; none when the summary is not one pytest-gym wrote. The built-in exporters
+        read these; ``summary`` is the same as JSON."""
+        return self._typed.suites if self._typed is not None else {}
 
     @property
     def budget(self) -> SpendSummary | None:
         """The run's budget and spend (``--gym-max-cost``/``--gym-max-tokens``), when it had one."""
-        try:
-            return parse_summary(self.summary).budget
-        except SummaryError:
-            return None
+        return self._typed.budget if self._typed is not None else None
 
     @property
     def unjudged(self) -> UnjudgedSpend | None:
         """What rollouts the run paid for and judged nowhere spent (a stopped run's, ahead of pytest), when any."""
-        try:
-            return parse_summary(self.summary).unjudged
-        except SummaryError:
-            return None
+        return self._typed.unjudged if self._typed is not None else None
 
     @classmethod
     def from_run_dir(
