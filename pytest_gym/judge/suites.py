@@ -415,15 +415,20 @@ class SuiteResults:
                 by_suite[key[0]].append(usage_cost(tokens))
         if not by_suite:
             return None
-        cost = tokens_spent = None
+        cost, spent = self._priced(by_suite)
+        return UnjudgedSpend(rollouts=sum(map(len, by_suite.values())), tokens=spent, cost=cost)
+
+    def _priced(self, by_suite: Mapping[str, list[TrialCost]]) -> tuple[float | None, int | None]:
+        """(cost, total tokens) of each suite's trials at the suite's own prices; None: no price, or no usage."""
+        cost = tokens = None
         for suite, costs in by_suite.items():
             own = self.settings_for(suite)[0] if self.settings_for else self.settings
             totals = suite_totals(costs, own.price_in, own.price_out)
             if totals.cost is not None:
                 cost = (cost or 0.0) + totals.cost
             if totals.total_tokens is not None:
-                tokens_spent = (tokens_spent or 0) + totals.total_tokens
-        return UnjudgedSpend(rollouts=sum(map(len, by_suite.values())), tokens=tokens_spent, cost=cost)
+                tokens = (tokens or 0) + totals.total_tokens
+        return cost, tokens
 
     def health_properties(self) -> dict[str, list[tuple[str, str]]]:
         """node id -> the JUnit properties of Gym's end-of-run health verdict (the trial's reports are gone)."""
@@ -500,15 +505,10 @@ class SuiteResults:
     def run_budget(self) -> SpendSummary | None:
         """The run's budget and what the run's own trials spent (each suite at its prices)."""
         settings = self.settings
-        cost, tokens = 0.0, 0
-        for suite, records in self.suites().items():
-            own = self.settings_for(suite)[0] if self.settings_for else settings
-            totals = suite_totals([r.cost() for r in records if not r.reused], own.price_in, own.price_out)
-            cost += totals.cost or 0.0
-            tokens += totals.total_tokens or 0
+        cost, tokens = self._priced({s: [r.cost() for r in rs if not r.reused] for s, rs in self.suites().items()})
         fresh = sum(1 for r in self.trials.values() if not r.reused)
         stopped = sum(1 for skips in self.skips.values() for kind in skips.values() if kind == "budget")
-        return spend(settings.max_cost, settings.max_tokens, cost, tokens, fresh, stopped)
+        return spend(settings.max_cost, settings.max_tokens, cost or 0.0, tokens or 0, fresh, stopped)
 
     def judge(self, rootdir: Path) -> list[SuiteVerdict]:
         """Every suite's verdict: statistics, its comparison with its baseline, then its gates.
