@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -43,3 +45,19 @@ def suite_summary(pytester: pytest.Pytester) -> dict[str, Any]:
     """The summary of the suite ``data.jsonl``."""
     found: dict[str, Any] = summary(pytester)["suites"]["data.jsonl"]
     return found
+
+
+class CountedRuns:
+    """The stand-in's ``/run`` rewards (``StandinGym.rewards``), counting each trial's calls in ``calls`` by
+    (task index, repeat): ``reward(n)`` answers its n-th call (1.0 by default)."""
+
+    def __init__(self, reward: Callable[[int], float] = lambda n: 1.0) -> None:
+        self.calls: dict[tuple[int, int], int] = {}
+        self.lock = threading.Lock()
+        self._reward = reward
+
+    def __call__(self, body: dict[str, Any]) -> float:
+        trial = (int(body["_ng_task_index"]), int(body["_ng_rollout_index"]))
+        with self.lock:
+            calls = self.calls[trial] = self.calls.get(trial, 0) + 1
+        return self._reward(calls)

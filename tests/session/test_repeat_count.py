@@ -8,14 +8,12 @@ functions are repeated as usual, which shows pytest-repeat was active in the run
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from tests.helpers.standin import StandinGym, serving
-from tests.helpers.standin_runs import attached_run, summary
+from tests.helpers.standin_runs import CountedRuns, attached_run, summary
 
 pytest.importorskip("pytest_repeat")
 
@@ -46,24 +44,10 @@ def pytest_collection_modifyitems(items):
 """
 
 
-class Counted:
-    """Reward 1.0 for every ``/run``; counts the calls per trial (task index, repeat)."""
-
-    def __init__(self) -> None:
-        self.calls: dict[tuple[int, int], int] = {}
-        self.lock = threading.Lock()
-
-    def __call__(self, body: dict[str, Any]) -> float:
-        trial = (int(body["_ng_task_index"]), int(body["_ng_rollout_index"]))
-        with self.lock:
-            self.calls[trial] = self.calls.get(trial, 0) + 1
-        return 1.0
-
-
 @pytest.fixture
-def policy() -> Iterator[tuple[StandinGym, Counted]]:
+def policy() -> Iterator[tuple[StandinGym, CountedRuns]]:
     with serving(AGENT) as gym:
-        gym.rewards = rewards = Counted()
+        gym.rewards = rewards = CountedRuns()
         yield gym, rewards
 
 
@@ -85,7 +69,7 @@ def notes(pytester: pytest.Pytester, text: str) -> list[str]:
 
 @pytest.mark.parametrize("xdist", XDIST)
 def test_count_does_not_repeat_trials_and_says_so_once(
-    pytester: pytest.Pytester, policy: tuple[StandinGym, Counted], xdist: tuple[str, ...]
+    pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns], xdist: tuple[str, ...]
 ) -> None:
     gym, rewards = policy
     result = run(pytester, gym, "--count", "3", *xdist)
@@ -97,7 +81,7 @@ def test_count_does_not_repeat_trials_and_says_so_once(
     assert note == f"--count 3 {NOTE}. {RIGHT_OPTION}"
 
 
-def test_a_repeat_marker_on_trials_says_so(pytester: pytest.Pytester, policy: tuple[StandinGym, Counted]) -> None:
+def test_a_repeat_marker_on_trials_says_so(pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns]) -> None:
     gym, rewards = policy
     pytester.makeconftest(MARK_ALL.format(count=3))  # on every item, after pytest-repeat's turn
     result = run(pytester, gym, plain=MARKED)
@@ -110,7 +94,7 @@ def test_a_repeat_marker_on_trials_says_so(pytester: pytest.Pytester, policy: tu
 
 @pytest.mark.parametrize("xdist", XDIST)
 def test_a_rerun_and_a_repeat_request_each_get_their_note_once(
-    pytester: pytest.Pytester, policy: tuple[StandinGym, Counted], xdist: tuple[str, ...]
+    pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns], xdist: tuple[str, ...]
 ) -> None:
     pytest.importorskip("pytest_rerunfailures")
     gym, rewards = policy
@@ -134,7 +118,7 @@ NO_REQUEST = [
 
 @pytest.mark.parametrize(("args", "conftest"), NO_REQUEST)
 def test_no_repeat_asked_no_note(
-    pytester: pytest.Pytester, policy: tuple[StandinGym, Counted], args: tuple[str, ...], conftest: str
+    pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns], args: tuple[str, ...], conftest: str
 ) -> None:
     gym, rewards = policy
     if conftest:

@@ -9,15 +9,13 @@ the suite's other tests keep their reruns.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.helpers.standin import StandinGym, serving
-from tests.helpers.standin_runs import attached_run, suite_summary, summary
+from tests.helpers.standin_runs import CountedRuns, attached_run, suite_summary, summary
 
 pytest_rerunfailures = pytest.importorskip("pytest_rerunfailures")
 
@@ -28,24 +26,10 @@ XDIST = [("-p", "no:xdist"), ("-n", "2"), ()]
 NOTE = "does not rerun Gym trials: each runs once"
 
 
-class LaterSamplesPass:
-    """Rewards per trial (task index, repeat): 0.0 the first time it is asked, 1.0 after; counts every call."""
-
-    def __init__(self) -> None:
-        self.calls: dict[tuple[int, int], int] = {}
-        self.lock = threading.Lock()
-
-    def __call__(self, body: dict[str, Any]) -> float:
-        trial = (int(body["_ng_task_index"]), int(body["_ng_rollout_index"]))
-        with self.lock:
-            self.calls[trial] = self.calls.get(trial, 0) + 1
-            return 0.0 if self.calls[trial] == 1 else 1.0
-
-
 @pytest.fixture
-def policy() -> Iterator[tuple[StandinGym, LaterSamplesPass]]:
+def policy() -> Iterator[tuple[StandinGym, CountedRuns]]:
     with serving(AGENT) as gym:
-        gym.rewards = rewards = LaterSamplesPass()
+        gym.rewards = rewards = CountedRuns(lambda n: 0.0 if n == 1 else 1.0)  # the first sample fails, later ones pass
         yield gym, rewards
 
 
@@ -76,7 +60,7 @@ REQUESTS = [
 @pytest.mark.parametrize(("args", "ini", "request_text"), REQUESTS)
 def test_a_rerun_plugin_does_not_rerun_a_trial_into_a_pass(
     pytester: pytest.Pytester,
-    policy: tuple[StandinGym, LaterSamplesPass],
+    policy: tuple[StandinGym, CountedRuns],
     xdist: tuple[str, ...],
     args: tuple[str, ...],
     ini: str,
@@ -95,7 +79,7 @@ def test_a_rerun_plugin_does_not_rerun_a_trial_into_a_pass(
 
 @pytest.mark.parametrize("xdist", XDIST)
 def test_the_suite_s_other_tests_keep_their_reruns(
-    pytester: pytest.Pytester, policy: tuple[StandinGym, LaterSamplesPass], xdist: tuple[str, ...]
+    pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns], xdist: tuple[str, ...]
 ) -> None:
     gym, rewards = policy
     pytester.makepyfile(
@@ -117,7 +101,7 @@ def test_the_suite_s_other_tests_keep_their_reruns(
 
 
 def test_a_flaky_marker_on_trials_reruns_none_and_says_so(
-    pytester: pytest.Pytester, policy: tuple[StandinGym, LaterSamplesPass]
+    pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns]
 ) -> None:
     gym, rewards = policy
     pytester.makeconftest(
@@ -136,9 +120,7 @@ def test_a_flaky_marker_on_trials_reruns_none_and_says_so(
 
 
 @pytest.mark.parametrize("ini", ["", "reruns = 2\n"], ids=["no ini", "--reruns 0 over the ini"])
-def test_no_rerun_asked_no_note(
-    pytester: pytest.Pytester, policy: tuple[StandinGym, LaterSamplesPass], ini: str
-) -> None:
+def test_no_rerun_asked_no_note(pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns], ini: str) -> None:
     gym, _ = policy
     result = run(pytester, gym, "--reruns", "0", ini=ini)
     result.assert_outcomes(failed=TRIALS)
@@ -176,7 +158,7 @@ def pytest_configure(config):
 
 @pytest.mark.parametrize("xdist", XDIST)
 def test_any_plugin_that_reruns_through_the_protocol_runs_a_trial_once(
-    pytester: pytest.Pytester, policy: tuple[StandinGym, LaterSamplesPass], xdist: tuple[str, ...]
+    pytester: pytest.Pytester, policy: tuple[StandinGym, CountedRuns], xdist: tuple[str, ...]
 ) -> None:
     gym, rewards = policy
     pytester.makeconftest(RERUNNER)
